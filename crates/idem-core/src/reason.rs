@@ -1,0 +1,66 @@
+//! Reason codes: the machine-readable "why" next to a status code.
+
+use std::borrow::Cow;
+use std::fmt;
+
+/// A machine-readable reason (an `UPPER_SNAKE` word, as in `google.rpc.ErrorInfo.reason`) that
+/// refines a [`Code`](crate::Code). Classification (SPEC R2) reads both: `UNAVAILABLE` with
+/// [`UPSTREAM_UNAVAILABLE`](Reason::UPSTREAM_UNAVAILABLE) is worth a retry, `ABORTED` with
+/// [`STOCK_CONFLICT`](Reason::STOCK_CONFLICT) only after a refresh.
+///
+/// ```
+/// use idem_core::Reason;
+/// assert_eq!(Reason::RATE_LIMITED.as_str(), "RATE_LIMITED");
+/// assert_eq!(Reason::new("OUT_OF_PAPER"), Reason::new(String::from("OUT_OF_PAPER")));
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Reason(Cow<'static, str>);
+
+impl Reason {
+    /// A dependency of the server is down (retryable, SPEC R2).
+    pub const UPSTREAM_UNAVAILABLE: Reason = Reason(Cow::Borrowed("UPSTREAM_UNAVAILABLE"));
+    /// The caller is over a rate limit; wait the retry-after (SPEC R2).
+    pub const RATE_LIMITED: Reason = Reason(Cow::Borrowed("RATE_LIMITED"));
+    /// A versioned write lost a race; re-read, then retry with the new version (SPEC R2).
+    pub const STOCK_CONFLICT: Reason = Reason(Cow::Borrowed("STOCK_CONFLICT"));
+    /// The same idempotency key came with another request fingerprint (SPEC K4).
+    pub const IDEMPOTENCY_CONFLICT: Reason = Reason(Cow::Borrowed("IDEMPOTENCY_CONFLICT"));
+    /// A duplicate arrived while the first request was running, under the Reject policy (SPEC E14).
+    pub const REQUEST_IN_FLIGHT: Reason = Reason(Cow::Borrowed("REQUEST_IN_FLIGHT"));
+    /// The dedup engine is full (SPEC E7).
+    pub const ENGINE_FULL: Reason = Reason(Cow::Borrowed("ENGINE_FULL"));
+    /// A run passed its in-flight lease and was cancelled (SPEC E6).
+    pub const LEASE_EXPIRED: Reason = Reason(Cow::Borrowed("LEASE_EXPIRED"));
+    /// The engine is shutting down (SPEC E10).
+    pub const SHUTTING_DOWN: Reason = Reason(Cow::Borrowed("SHUTTING_DOWN"));
+    /// The action panicked (SPEC E4).
+    pub const ACTION_PANICKED: Reason = Reason(Cow::Borrowed("ACTION_PANICKED"));
+    /// The idempotency key (or tenant, or method) broke a rule (SPEC K1, K3).
+    pub const INVALID_IDEMPOTENCY_KEY: Reason = Reason(Cow::Borrowed("INVALID_IDEMPOTENCY_KEY"));
+    /// A write came without an idempotency key.
+    pub const MISSING_IDEMPOTENCY_KEY: Reason = Reason(Cow::Borrowed("MISSING_IDEMPOTENCY_KEY"));
+    /// The connection was lost after the request was sent: the outcome is unknown (SPEC S3).
+    pub const UNKNOWN_OUTCOME: Reason = Reason(Cow::Borrowed("UNKNOWN_OUTCOME"));
+
+    /// A reason from any text (conventionally `UPPER_SNAKE`).
+    pub fn new(s: impl Into<Cow<'static, str>>) -> Self {
+        Reason(s.into())
+    }
+
+    /// The reason as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Reason({})", self.0)
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}

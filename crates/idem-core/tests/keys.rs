@@ -1,0 +1,109 @@
+//! K1, K2: key validation and derivation.
+
+use idem_core::{IdempotencyKey, KeyError};
+
+#[test]
+fn k1_accepts_the_alphabet_and_length_bounds() {
+    for ok in [
+        "abcdefgh",
+        "ABCDEFGH",
+        "01234567",
+        "a-b_c-d_",
+        "3f1c2b7e-9d4a-4c55-8e21-0b6f4a9d2c10",
+        &"x".repeat(64),
+    ] {
+        let k = IdempotencyKey::parse(ok).unwrap_or_else(|e| panic!("{ok:?}: {e}"));
+        assert_eq!(k.as_str(), ok);
+    }
+}
+
+#[test]
+fn k1_rejects_with_the_rule_named() {
+    assert_eq!(
+        IdempotencyKey::parse("abcdefg"),
+        Err(KeyError::TooShort { len: 7 })
+    );
+    assert_eq!(
+        IdempotencyKey::parse(&"x".repeat(65)),
+        Err(KeyError::TooLong { len: 65 })
+    );
+    assert_eq!(
+        IdempotencyKey::parse("abcd efgh"),
+        Err(KeyError::InvalidChar {
+            index: 4,
+            byte: b' '
+        })
+    );
+    assert!(matches!(
+        IdempotencyKey::parse("abcdéfgh"),
+        Err(KeyError::InvalidChar { index: 4, .. })
+    ));
+    assert!(matches!(
+        IdempotencyKey::parse("\"abcdefgh\""),
+        Err(KeyError::InvalidChar { index: 0, .. })
+    ));
+    assert_eq!(
+        IdempotencyKey::parse(""),
+        Err(KeyError::TooShort { len: 0 })
+    );
+    let msg = IdempotencyKey::parse("abc{defgh").unwrap_err().to_string();
+    assert!(msg.contains("[A-Za-z0-9_-]") && msg.contains("K1"), "{msg}");
+    let msg = IdempotencyKey::parse("abc").unwrap_err().to_string();
+    assert!(msg.contains("at least 8"), "{msg}");
+}
+
+#[test]
+fn k1_from_bytes_matches_parse() {
+    assert_eq!(
+        IdempotencyKey::from_bytes(b"order-0001").unwrap(),
+        IdempotencyKey::parse("order-0001").unwrap()
+    );
+    assert!(IdempotencyKey::from_bytes(&[0xff; 10]).is_err());
+}
+
+#[test]
+fn k2_generate_is_a_valid_v4_uuid_and_unique() {
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..1000 {
+        let k = IdempotencyKey::generate();
+        let s = k.as_str();
+        assert_eq!(s.len(), 36);
+        assert_eq!(&s[14..15], "4", "version nibble of {s}");
+        assert!(IdempotencyKey::parse(s).is_ok());
+        assert!(seen.insert(k));
+    }
+}
+
+/// Vectors computed with Python's `uuid` module (an independent implementation of RFC 9562 v5) over
+/// the documented name layout.
+#[test]
+fn k2_derive_test_vectors() {
+    let vectors = [
+        (
+            "order-1001",
+            "CreateOrder",
+            "595adbff-8b2b-59ac-badd-f55cab0b478f",
+        ),
+        ("ab", "c", "8bf46fb6-60d7-5292-9e75-4b0398beea8f"),
+        ("a", "bc", "a4b6dfc3-838e-5d12-ba84-aea0878cb5a0"),
+        ("", "x", "7a8cd436-cf5b-59b0-a0c9-8723cd341863"),
+        (
+            "订单-7",
+            "DeductStock",
+            "5f9a2583-a55d-5f4c-9d32-a7f30b95a1e0",
+        ),
+    ];
+    for (id, op, want) in vectors {
+        let k = IdempotencyKey::derive(id, op);
+        assert_eq!(k.as_str(), want, "derive({id:?}, {op:?})");
+        assert!(IdempotencyKey::parse(k.as_str()).is_ok());
+    }
+}
+
+#[test]
+fn k2_derive_is_injective_over_the_split() {
+    assert_ne!(
+        IdempotencyKey::derive("ab", "c"),
+        IdempotencyKey::derive("a", "bc")
+    );
+}

@@ -1,0 +1,258 @@
+//! The engine's builder and its defaults.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use idem_core::CodeSet;
+
+use crate::Engine;
+
+/// What a duplicate gets while the first call for its scope is still running (SPEC E14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InFlightPolicy {
+    /// Wait for the run and share its result (joined). The default.
+    #[default]
+    Wait,
+    /// Answer at once with [`DedupError::InFlight`](crate::DedupError::InFlight) (`ABORTED`, HTTP
+    /// 409) and a retry-after hint, as the IETF Idempotency-Key draft and Stripe do.
+    Reject,
+}
+
+/// Why an engine configuration was refused; the message names the rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigError {
+    /// A setting is out of range.
+    Invalid(&'static str),
+    /// `build()` was called outside a tokio runtime; the shard actors need one.
+    NoRuntime,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Invalid(rule) => write!(f, "invalid engine config: {rule}"),
+            ConfigError::NoRuntime => f.write_str(
+                "Engine::build must be called inside a tokio runtime (or use build_on(handle))",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) shards: usize,
+    pub(crate) ttl: Duration,
+    pub(crate) in_flight_timeout: Duration,
+    pub(crate) max_entries: usize,
+    pub(crate) mailbox_capacity: usize,
+    pub(crate) batch_size: usize,
+    pub(crate) in_flight_policy: InFlightPolicy,
+    pub(crate) cached_failures: CodeSet,
+    pub(crate) failure_ttl: Duration,
+    pub(crate) retry_after: Duration,
+}
+
+/// Builds an [`Engine`]. Every setting has a default:
+///
+/// # Default
+///
+/// | setting | default | SPEC |
+/// |---|---|---|
+/// | [`shards`](Self::shards) | available parallelism (1 if unknown) | E8 |
+/// | [`ttl`](Self::ttl) | 24 h | E2 |
+/// | [`in_flight_timeout`](Self::in_flight_timeout) | 30 s | E6 |
+/// | [`max_entries`](Self::max_entries) | 1,000,000 | E7 |
+/// | [`mailbox_capacity`](Self::mailbox_capacity) | 1,024 messages per shard | E8 |
+/// | [`batch_size`](Self::batch_size) | 128 messages per drain | E8 |
+/// | [`in_flight_policy`](Self::in_flight_policy) | [`InFlightPolicy::Wait`] | E14 |
+/// | [`cache_failures`](Self::cache_failures) | none cached | E3, E13 |
+/// | [`retry_after`](Self::retry_after) | 1 s | E7, E14 |
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), idem_dedup::ConfigError> {
+/// use idem_core::{Code, CodeSet};
+/// use idem_dedup::{Engine, InFlightPolicy};
+/// use std::time::Duration;
+///
+/// let engine = Engine::<String>::builder()
+///     .shards(4)
+///     .ttl(Duration::from_secs(3600))
+///     .in_flight_timeout(Duration::from_secs(10))
+///     .max_entries(100_000)
+///     .in_flight_policy(InFlightPolicy::Reject)
+///     .cache_failures(CodeSet::EMPTY.with(Code::FailedPrecondition), Duration::from_secs(60))
+///     .build()?;
+/// assert_eq!(engine.shard_count(), 4);
+/// # Ok(()) }
+/// ```
+pub struct EngineBuilder<V> {
+    cfg: Config,
+    _v: PhantomData<fn() -> V>,
+}
+
+impl<V> fmt::Debug for EngineBuilder<V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EngineBuilder")
+            .field("cfg", &self.cfg)
+            .finish()
+    }
+}
+
+impl<V> Default for EngineBuilder<V> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<V> EngineBuilder<V> {
+    /// A builder with every default (see the table above).
+    pub fn new() -> Self {
+        let shards = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        EngineBuilder {
+            cfg: Config {
+                shards,
+                ttl: Duration::from_secs(24 * 3600),
+                in_flight_timeout: Duration::from_secs(30),
+                max_entries: 1_000_000,
+                mailbox_capacity: 1024,
+                batch_size: 128,
+                in_flight_policy: InFlightPolicy::Wait,
+                cached_failures: CodeSet::EMPTY,
+                failure_ttl: Duration::ZERO,
+                retry_after: Duration::from_secs(1),
+            },
+            _v: PhantomData,
+        }
+    }
+
+    /// Number of shards, each one actor task (SPEC E8). Default: available parallelism.
+    pub const fn shards(mut self, n: usize) -> Self {
+        self.cfg.shards = n;
+        self
+    }
+
+    /// How long a completed result is kept, counted from completion (SPEC E2). Default: 24 h.
+    /// Make it longer than the longest retry window of your clients.
+    pub const fn ttl(mut self, ttl: Duration) -> Self {
+        self.cfg.ttl = ttl;
+        self
+    }
+
+    /// The in-flight lease: a run longer than this is cancelled and its waiters get `UNAVAILABLE`
+    /// (SPEC E6). Default: 30 s.
+    pub const fn in_flight_timeout(mut self, t: Duration) -> Self {
+        self.cfg.in_flight_timeout = t;
+        self
+    }
+
+    /// Cap on in-flight + completed entries over all shards (SPEC E7). Default: 1,000,000.
+    pub const fn max_entries(mut self, n: usize) -> Self {
+        self.cfg.max_entries = n;
+        self
+    }
+
+    /// Messages a shard's mailbox holds before callers wait (asynchronously) for room (SPEC E8).
+    /// Default: 1,024.
+    pub const fn mailbox_capacity(mut self, n: usize) -> Self {
+        self.cfg.mailbox_capacity = n;
+        self
+    }
+
+    /// Most messages a shard takes from its mailbox per drain (SPEC E8). Default: 128.
+    pub const fn batch_size(mut self, n: usize) -> Self {
+        self.cfg.batch_size = n;
+        self
+    }
+
+    /// Wait for or reject duplicates of an in-flight scope (SPEC E14). Default: `Wait`.
+    pub const fn in_flight_policy(mut self, p: InFlightPolicy) -> Self {
+        self.cfg.in_flight_policy = p;
+        self
+    }
+
+    /// Cache action failures whose code is in `codes` for `ttl` (SPEC E3, E13): permanent,
+    /// deterministic failures such as `FAILED_PRECONDITION` or `INVALID_ARGUMENT`. Never list a
+    /// transient code such as `UNAVAILABLE`: the retry would replay the outage. Panics and lease
+    /// expiries are never cached. Default: no failure is cached.
+    pub const fn cache_failures(mut self, codes: CodeSet, ttl: Duration) -> Self {
+        self.cfg.cached_failures = codes;
+        self.cfg.failure_ttl = ttl;
+        self
+    }
+
+    /// The retry-after hint sent with `RESOURCE_EXHAUSTED` (full) and `ABORTED` (in flight, under
+    /// `Reject`). Default: 1 s.
+    pub const fn retry_after(mut self, d: Duration) -> Self {
+        self.cfg.retry_after = d;
+        self
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let c = &self.cfg;
+        if c.shards == 0 || c.shards > 4096 {
+            return Err(ConfigError::Invalid("shards must be in 1..=4096"));
+        }
+        if c.ttl.is_zero() {
+            return Err(ConfigError::Invalid("ttl must be greater than zero"));
+        }
+        if c.in_flight_timeout.is_zero() {
+            return Err(ConfigError::Invalid(
+                "in_flight_timeout must be greater than zero",
+            ));
+        }
+        if c.max_entries == 0 {
+            return Err(ConfigError::Invalid("max_entries must be at least 1"));
+        }
+        if c.mailbox_capacity == 0 {
+            return Err(ConfigError::Invalid("mailbox_capacity must be at least 1"));
+        }
+        if c.batch_size == 0 {
+            return Err(ConfigError::Invalid("batch_size must be at least 1"));
+        }
+        if !c.cached_failures.is_empty() && c.failure_ttl.is_zero() {
+            return Err(ConfigError::Invalid(
+                "cache_failures needs a ttl greater than zero",
+            ));
+        }
+        if c.cached_failures.contains(idem_core::Code::Ok) {
+            return Err(ConfigError::Invalid("cache_failures must not contain OK"));
+        }
+        // Delays beyond ~2 years overflow tokio's timer wheel.
+        let max = Duration::from_secs(60 * 60 * 24 * 365 * 2);
+        if c.ttl > max || c.in_flight_timeout > max || c.failure_ttl > max {
+            return Err(ConfigError::Invalid(
+                "ttl, failure ttl and in_flight_timeout must be at most 2 years",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl<V: Clone + Send + Sync + 'static> EngineBuilder<V> {
+    /// Validates the settings and starts the shard actors on the current tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Invalid`] naming the rule a setting broke; [`ConfigError::NoRuntime`]
+    /// outside a runtime.
+    pub fn build(self) -> Result<Engine<V>, ConfigError> {
+        let handle = tokio::runtime::Handle::try_current().map_err(|_| ConfigError::NoRuntime)?;
+        self.build_on(handle)
+    }
+
+    /// As [`build`](Self::build), on the given runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Invalid`] naming the rule a setting broke.
+    pub fn build_on(self, handle: tokio::runtime::Handle) -> Result<Engine<V>, ConfigError> {
+        self.validate()?;
+        Ok(Engine::start(self.cfg, handle))
+    }
+}

@@ -1,0 +1,443 @@
+//! The public handle: `execute`, `lookup`, `forget`, `stats`, `shutdown`.
+
+use std::fmt;
+use std::future::Future;
+use std::hash::BuildHasher;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Acquire, Ordering::Release};
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_core::{Deadline, Fingerprint, Scope, Status};
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::time::Instant;
+
+use crate::config::{Config, EngineBuilder};
+use crate::entry::EntryInfo;
+use crate::message::{Msg, Reply, RunEnd};
+use crate::run::{panic_message, report, Run};
+use crate::shard::Shard;
+use crate::stats::{bump, ShardCounters, Stats};
+use crate::{DedupError, Outcome, OutcomeKind};
+
+/// State shared by handles and shard actors; none of it is the map.
+pub(crate) struct Shared {
+    pub(crate) counters: Box<[ShardCounters]>,
+    /// In-flight + completed entries over all shards (SPEC E7).
+    pub(crate) entries: AtomicUsize,
+    pub(crate) shutting_down: AtomicBool,
+    /// Signalled by shards when their last run ends during shutdown.
+    pub(crate) idle: Notify,
+}
+
+struct Inner<V> {
+    shards: Box<[mpsc::Sender<Msg<V>>]>,
+    hasher: std::hash::RandomState,
+    shared: Arc<Shared>,
+    cfg: Arc<Config>,
+    handle: tokio::runtime::Handle,
+}
+
+/// The deduplication engine: runs each scope's action once and gives its result to every duplicate
+/// (SPEC E1–E14).
+///
+/// `Engine` is a cheap handle (`Clone` shares one engine). Dropping the last handle stops the shard
+/// actors once the runs still going have reported (SPEC E10).
+///
+/// # Concurrent calls with the same scope
+///
+/// Of N concurrent calls with one scope and one fingerprint, exactly one runs the action
+/// ([`OutcomeKind::Executed`]); the others wait for it and get a clone of the same value
+/// ([`OutcomeKind::Joined`]), or, under [`InFlightPolicy::Reject`](crate::InFlightPolicy::Reject),
+/// an immediate [`DedupError::InFlight`]. Calls that arrive after it completed, within the TTL, get
+/// the stored value ([`OutcomeKind::Replayed`]). If the action fails, every waiter gets the same
+/// error and nothing is stored (unless its code is declared cacheable), so the next call runs it
+/// again. A call with the same scope but another fingerprint gets [`DedupError::Conflict`] and runs
+/// nothing.
+///
+/// # Cancellation safety
+///
+/// Dropping an `execute` future never leaves half a side effect: if it was running the action, the
+/// action moves to a task of its own, runs to completion and its result is stored for the retry
+/// that follows (SPEC E5). Dropping a waiting call only stops that caller waiting.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use idem_core::{Fingerprint, Scope};
+/// use idem_dedup::{Engine, OutcomeKind};
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// use std::sync::Arc;
+///
+/// let engine = Engine::<u64>::builder().build()?;
+/// let scope = Scope::parse("tenant-1", "/shop.v1.Shop/CreateOrder", "order-0001")?;
+/// let fp = Fingerprint::of(b"sku=42&qty=1");
+/// let runs = Arc::new(AtomicU32::new(0));
+///
+/// let calls = (0..10).map(|_| {
+///     let runs = runs.clone();
+///     engine.execute(&scope, fp, move || async move {
+///         runs.fetch_add(1, Ordering::SeqCst);
+///         Ok(1001) // the order id
+///     })
+/// });
+/// let outcomes = futures::future::join_all(calls).await;
+/// assert_eq!(runs.load(Ordering::SeqCst), 1);
+/// assert!(outcomes.iter().all(|o| *o.as_ref().unwrap().value() == 1001));
+///
+/// let replay = engine.execute(&scope, fp, || async { Ok(0) }).await?;
+/// assert_eq!(replay.kind(), OutcomeKind::Replayed);
+/// # Ok(()) }
+/// ```
+pub struct Engine<V> {
+    inner: Arc<Inner<V>>,
+}
+
+impl<V> Clone for Engine<V> {
+    fn clone(&self) -> Self {
+        Engine {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<V> fmt::Debug for Engine<V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Engine")
+            .field("shards", &self.inner.shards.len())
+            .field("config", &self.inner.cfg)
+            .finish()
+    }
+}
+
+/// What [`Engine::shutdown`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Runs still in flight when the grace period ended; their waiters got `UNAVAILABLE` and their
+    /// results were not stored (the actions themselves were not aborted).
+    pub unfinished: u64,
+}
+
+impl<V: Clone + Send + Sync + 'static> Engine<V> {
+    /// A builder with every default (see [`EngineBuilder`]).
+    pub fn builder() -> EngineBuilder<V> {
+        EngineBuilder::new()
+    }
+
+    pub(crate) fn start(cfg: Config, handle: tokio::runtime::Handle) -> Self {
+        let cfg = Arc::new(cfg);
+        let shared = Arc::new(Shared {
+            counters: (0..cfg.shards).map(|_| ShardCounters::default()).collect(),
+            entries: AtomicUsize::new(0),
+            shutting_down: AtomicBool::new(false),
+            idle: Notify::new(),
+        });
+        let shards = (0..cfg.shards)
+            .map(|i| {
+                let (tx, rx) = mpsc::channel(cfg.mailbox_capacity);
+                handle.spawn(Shard::new(i, rx, cfg.clone(), shared.clone()).run());
+                tx
+            })
+            .collect();
+        Engine {
+            inner: Arc::new(Inner {
+                shards,
+                hasher: std::hash::RandomState::new(),
+                shared,
+                cfg,
+                handle,
+            }),
+        }
+    }
+
+    /// Runs `action` once for `scope`, or shares the run or stored result of an earlier call
+    /// (SPEC E1).
+    ///
+    /// `fingerprint` identifies the request's content (SPEC K4, K5); the same scope with another
+    /// fingerprint is a conflict. `action` is called only if this call leads; it returns the value
+    /// to store, or a [`Status`] error (not stored unless its code is declared cacheable).
+    ///
+    /// # Errors
+    ///
+    /// See [`DedupError`]: conflict, the action's error, panic, full, in flight (Reject policy),
+    /// lease expired, shutting down.
+    ///
+    /// # Cancellation safety
+    ///
+    /// See the type docs: a dropped leader hands its action to a task (SPEC E5).
+    pub async fn execute<F, Fut>(
+        &self,
+        scope: &Scope,
+        fingerprint: Fingerprint,
+        action: F,
+    ) -> Result<Outcome<V>, DedupError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<V, Status>> + Send + 'static,
+    {
+        self.call(scope, fingerprint, None, action).await
+    }
+
+    /// As [`execute`](Self::execute), but this caller stops waiting at `deadline` with
+    /// [`DedupError::DeadlineExceeded`] (SPEC E5). The run itself is not disturbed: if this call
+    /// was running the action, the action continues in a task and its result is stored.
+    ///
+    /// # Errors
+    ///
+    /// As [`execute`](Self::execute), plus [`DedupError::DeadlineExceeded`].
+    pub async fn execute_with_deadline<F, Fut>(
+        &self,
+        scope: &Scope,
+        fingerprint: Fingerprint,
+        deadline: Deadline,
+        action: F,
+    ) -> Result<Outcome<V>, DedupError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<V, Status>> + Send + 'static,
+    {
+        self.call(scope, fingerprint, Some(deadline), action).await
+    }
+
+    async fn call<F, Fut>(
+        &self,
+        scope: &Scope,
+        fingerprint: Fingerprint,
+        deadline: Option<Deadline>,
+        action: F,
+    ) -> Result<Outcome<V>, DedupError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<V, Status>> + Send + 'static,
+    {
+        let inner = &*self.inner;
+        if inner.shared.shutting_down.load(Acquire) {
+            return Err(DedupError::ShuttingDown);
+        }
+        let hash = inner.hasher.hash_one(scope.as_bytes());
+        let index = shard_index(hash, inner.shards.len());
+        let tx = &inner.shards[index];
+        let (reply_tx, reply_rx) = oneshot::channel();
+        let msg = Msg::Begin {
+            hash,
+            scope: scope.clone(),
+            fingerprint,
+            reply: reply_tx,
+        };
+        self.send(index, msg).await?;
+
+        let mut pending = Pending {
+            rx: Some(reply_rx),
+            tx,
+            hash,
+            handle: &inner.handle,
+        };
+        let reply = match deadline {
+            None => pending.recv().await,
+            Some(d) => match tokio::time::timeout_at(d.instant(), pending.recv()).await {
+                Ok(r) => r,
+                Err(_) => {
+                    bump(&inner.shared.counters[index].deadline_exceeded);
+                    return Err(DedupError::DeadlineExceeded);
+                }
+            },
+        };
+        let token = match reply {
+            Reply::Done(answer) => return answer,
+            Reply::Lead { token } => token,
+        };
+
+        // This call leads: run the action inline.
+        let fut = match std::panic::catch_unwind(AssertUnwindSafe(action)) {
+            Ok(fut) => fut,
+            Err(p) => {
+                let message = panic_message(&*p);
+                report(
+                    tx,
+                    &inner.handle,
+                    hash,
+                    token,
+                    RunEnd::Panicked(message.clone()),
+                );
+                return Err(DedupError::Panicked { message });
+            }
+        };
+        let mut run = Run::new(
+            fut,
+            inner.cfg.in_flight_timeout,
+            tx.clone(),
+            hash,
+            token,
+            inner.handle.clone(),
+        );
+        let end = match deadline {
+            None => run.drive().await,
+            Some(d) => match tokio::time::timeout_at(d.instant(), run.drive()).await {
+                Ok(end) => end,
+                Err(_) => {
+                    // Dropping `run` hands the action to a task (SPEC E5).
+                    drop(run);
+                    bump(&inner.shared.counters[index].deadline_exceeded);
+                    return Err(DedupError::DeadlineExceeded);
+                }
+            },
+        };
+        match end {
+            RunEnd::Finished(Ok(v)) => {
+                let expires_at = Instant::now() + inner.cfg.ttl;
+                run.report(RunEnd::Finished(Ok(v.clone())));
+                Ok(Outcome::new(v, OutcomeKind::Executed, expires_at))
+            }
+            RunEnd::Finished(Err(status)) => {
+                run.report(RunEnd::Finished(Err(status.clone())));
+                Err(DedupError::Action {
+                    status,
+                    outcome: OutcomeKind::Executed,
+                })
+            }
+            RunEnd::Panicked(message) => {
+                run.report(RunEnd::Panicked(message.clone()));
+                Err(DedupError::Panicked { message })
+            }
+            RunEnd::LeaseExpired => {
+                run.report(RunEnd::LeaseExpired);
+                Err(DedupError::LeaseExpired {
+                    after: inner.cfg.in_flight_timeout,
+                })
+            }
+            RunEnd::Abandoned => {
+                run.report(RunEnd::Abandoned);
+                Err(DedupError::Abandoned)
+            }
+        }
+    }
+
+    /// Sends to a shard, waiting asynchronously while its mailbox is full (SPEC E8).
+    async fn send(&self, index: usize, msg: Msg<V>) -> Result<(), DedupError> {
+        let tx = &self.inner.shards[index];
+        match tx.try_send(msg) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(msg)) => {
+                bump(&self.inner.shared.counters[index].mailbox_full);
+                tx.send(msg).await.map_err(|_| DedupError::ShuttingDown)
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(DedupError::ShuttingDown),
+        }
+    }
+
+    /// Looks a scope up (SPEC E13): in flight or completed, its age and time to expiry. `None` if
+    /// the engine holds nothing for it (or it just expired).
+    ///
+    /// # Errors
+    ///
+    /// [`DedupError::ShuttingDown`] once the actors stopped.
+    pub async fn lookup(&self, scope: &Scope) -> Result<Option<EntryInfo>, DedupError> {
+        let hash = self.inner.hasher.hash_one(scope.as_bytes());
+        let index = shard_index(hash, self.inner.shards.len());
+        let (reply, rx) = oneshot::channel();
+        let scope = scope.clone();
+        self.send(index, Msg::Lookup { hash, scope, reply }).await?;
+        rx.await.map_err(|_| DedupError::ShuttingDown)
+    }
+
+    /// Removes whatever the engine holds for `scope` (SPEC E3, E13); returns whether there was
+    /// anything. The next call for the scope runs the action again. Forgetting an in-flight scope
+    /// does not stop its run, but its result is not stored and its waiters get
+    /// [`DedupError::Abandoned`].
+    ///
+    /// # Errors
+    ///
+    /// [`DedupError::ShuttingDown`] once the actors stopped.
+    pub async fn forget(&self, scope: &Scope) -> Result<bool, DedupError> {
+        let hash = self.inner.hasher.hash_one(scope.as_bytes());
+        let index = shard_index(hash, self.inner.shards.len());
+        let (reply, rx) = oneshot::channel();
+        let scope = scope.clone();
+        self.send(index, Msg::Forget { hash, scope, reply }).await?;
+        rx.await.map_err(|_| DedupError::ShuttingDown)
+    }
+
+    /// Counts per shard and in total, read from atomics without a message (SPEC E9).
+    pub fn stats(&self) -> Stats {
+        Stats::collect(&self.inner.shared.counters)
+    }
+
+    /// The number of shards.
+    pub fn shard_count(&self) -> usize {
+        self.inner.shards.len()
+    }
+
+    /// Stops accepting calls (they get `UNAVAILABLE`), waits up to `grace` for runs in flight to
+    /// finish, then stops the shard actors (SPEC E10). Waiters of runs still going after the grace
+    /// period get [`DedupError::ShuttingDown`]; those actions are not aborted (half a side effect is
+    /// worse than a late one), but their results are not stored.
+    pub async fn shutdown(&self, grace: Duration) -> ShutdownReport {
+        let shared = &self.inner.shared;
+        shared.shutting_down.store(true, Release);
+        let until = Instant::now() + grace;
+        loop {
+            let idle = shared.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.stats().in_flight == 0 {
+                break;
+            }
+            tokio::select! {
+                _ = idle => {}
+                _ = tokio::time::sleep_until(until) => break,
+            }
+        }
+        let unfinished = self.stats().in_flight;
+        for tx in self.inner.shards.iter() {
+            let _ = tx.send(Msg::Stop).await;
+        }
+        for tx in self.inner.shards.iter() {
+            tx.closed().await;
+        }
+        ShutdownReport { unfinished }
+    }
+}
+
+/// Maps a scope hash to a shard. Mixes the hash first so the shard index uses other bits than the
+/// shard's own table does (hashbrown takes the low bits for the bucket and the top 7 for tags).
+fn shard_index(hash: u64, shards: usize) -> usize {
+    let mixed = hash.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+    ((mixed * shards as u64) >> 32) as usize
+}
+
+/// A caller waiting for a shard's answer to `Begin`. If the caller is dropped after the shard chose
+/// it to lead but before it started the action, `Drop` releases the in-flight entry so the scope
+/// does not sit until its lease runs out.
+struct Pending<'a, V: Send + 'static> {
+    rx: Option<oneshot::Receiver<Reply<V>>>,
+    tx: &'a mpsc::Sender<Msg<V>>,
+    hash: u64,
+    handle: &'a tokio::runtime::Handle,
+}
+
+impl<V: Send + 'static> Pending<'_, V> {
+    async fn recv(&mut self) -> Reply<V> {
+        let reply = match self.rx.as_mut() {
+            Some(rx) => rx
+                .await
+                .unwrap_or(Reply::Done(Err(DedupError::ShuttingDown))),
+            None => Reply::Done(Err(DedupError::ShuttingDown)),
+        };
+        self.rx = None;
+        reply
+    }
+}
+
+impl<V: Send + 'static> Drop for Pending<'_, V> {
+    fn drop(&mut self) {
+        if let Some(mut rx) = self.rx.take() {
+            // No send can land after close(); one that landed before is still readable.
+            rx.close();
+            if let Ok(Reply::Lead { token }) = rx.try_recv() {
+                report(self.tx, self.handle, self.hash, token, RunEnd::Abandoned);
+            }
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! Why a call did not get a value; every error maps to a status code (SPEC E12).
+
+use std::fmt;
+use std::time::Duration;
+
+use idem_core::{Code, Reason, Status};
+
+use crate::OutcomeKind;
+
+/// Why [`Engine::execute`](crate::Engine::execute) returned no value. Each variant maps to a gRPC
+/// code ([`code`](Self::code)) and converts into a [`Status`] with a reason, so a server answers
+/// gRPC and HTTP correctly with one conversion.
+///
+/// | variant | code | retry? |
+/// |---|---|---|
+/// | [`Conflict`](Self::Conflict) | `FAILED_PRECONDITION` | never: the key names another request |
+/// | [`Action`](Self::Action) | the action's own code | as that code says |
+/// | [`Panicked`](Self::Panicked) | `INTERNAL` | no |
+/// | [`Overloaded`](Self::Overloaded) | `RESOURCE_EXHAUSTED` + retry-after | after the hint |
+/// | [`InFlight`](Self::InFlight) | `ABORTED` + retry-after | after the hint |
+/// | [`LeaseExpired`](Self::LeaseExpired) | `UNAVAILABLE` | yes, same key |
+/// | [`Abandoned`](Self::Abandoned) | `UNAVAILABLE` | yes, same key |
+/// | [`DeadlineExceeded`](Self::DeadlineExceeded) | `DEADLINE_EXCEEDED` | if budget remains |
+/// | [`ShuttingDown`](Self::ShuttingDown) | `UNAVAILABLE` | yes, elsewhere |
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DedupError {
+    /// Same scope, other request fingerprint (SPEC K4). The action did not run.
+    Conflict,
+    /// The action failed with its own status; every waiter of that run gets the same error
+    /// (SPEC E3). `outcome` says whether this call ran the action, joined it, or got a cached
+    /// failure replayed (only for codes declared cacheable, SPEC E13).
+    Action {
+        /// The action's error.
+        status: Status,
+        /// How this call met the failure.
+        outcome: OutcomeKind,
+    },
+    /// The action panicked (SPEC E4). The shard keeps serving.
+    Panicked {
+        /// The panic message, when it was a string.
+        message: String,
+    },
+    /// `max_entries` is reached and this scope is new (SPEC E7). Nothing is evicted.
+    Overloaded {
+        /// When to try again.
+        retry_after: Duration,
+    },
+    /// The scope is in flight and the engine's policy is
+    /// [`InFlightPolicy::Reject`](crate::InFlightPolicy::Reject) (SPEC E14).
+    InFlight {
+        /// When to try again.
+        retry_after: Duration,
+    },
+    /// The run passed `in_flight_timeout` and was cancelled (SPEC E6).
+    LeaseExpired {
+        /// The lease that ran out.
+        after: Duration,
+    },
+    /// The run this call was waiting for ended without a result (its leader's call was dropped
+    /// before the action started, or an operator forgot the in-flight entry). Retry with the same
+    /// key.
+    Abandoned,
+    /// This caller's own deadline passed while it waited (SPEC E5). The run goes on and its
+    /// result is stored for the retry that follows.
+    DeadlineExceeded,
+    /// The engine is shutting down or stopped (SPEC E10).
+    ShuttingDown,
+}
+
+impl DedupError {
+    /// The status code (SPEC E12).
+    pub fn code(&self) -> Code {
+        match self {
+            DedupError::Conflict => Code::FailedPrecondition,
+            DedupError::Action { status, .. } => status.code(),
+            DedupError::Panicked { .. } => Code::Internal,
+            DedupError::Overloaded { .. } => Code::ResourceExhausted,
+            DedupError::InFlight { .. } => Code::Aborted,
+            DedupError::LeaseExpired { .. } => Code::Unavailable,
+            DedupError::Abandoned => Code::Unavailable,
+            DedupError::DeadlineExceeded => Code::DeadlineExceeded,
+            DedupError::ShuttingDown => Code::Unavailable,
+        }
+    }
+
+    /// The retry-after hint, where there is one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            DedupError::Overloaded { retry_after } | DedupError::InFlight { retry_after } => {
+                Some(*retry_after)
+            }
+            DedupError::Action { status, .. } => status.retry_after(),
+            _ => None,
+        }
+    }
+
+    /// The reason code that goes with [`code`](Self::code).
+    pub fn reason(&self) -> Option<Reason> {
+        match self {
+            DedupError::Conflict => Some(Reason::IDEMPOTENCY_CONFLICT),
+            DedupError::Action { status, .. } => status.reason().cloned(),
+            DedupError::Panicked { .. } => Some(Reason::ACTION_PANICKED),
+            DedupError::Overloaded { .. } => Some(Reason::ENGINE_FULL),
+            DedupError::InFlight { .. } => Some(Reason::REQUEST_IN_FLIGHT),
+            DedupError::LeaseExpired { .. } => Some(Reason::LEASE_EXPIRED),
+            DedupError::Abandoned => Some(Reason::new("RUN_ABANDONED")),
+            DedupError::DeadlineExceeded => None,
+            DedupError::ShuttingDown => Some(Reason::SHUTTING_DOWN),
+        }
+    }
+
+    /// This error as a [`Status`] (code, reason, message, retry-after).
+    pub fn to_status(&self) -> Status {
+        if let DedupError::Action { status, .. } = self {
+            return status.clone();
+        }
+        let mut s = Status::new(self.code(), self.to_string());
+        if let Some(r) = self.reason() {
+            s = s.with_reason(r);
+        }
+        if let Some(after) = self.retry_after() {
+            s = s.with_retry_after(after);
+        }
+        s
+    }
+}
+
+impl fmt::Display for DedupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DedupError::Conflict => f.write_str(
+                "idempotency key reused with a different request (K4): the first request's fingerprint differs",
+            ),
+            DedupError::Action { status, .. } => write!(f, "action failed: {status}"),
+            DedupError::Panicked { message } => write!(f, "action panicked (E4): {message}"),
+            DedupError::Overloaded { retry_after } => write!(
+                f,
+                "dedup engine is full (E7): retry after {} ms",
+                retry_after.as_millis()
+            ),
+            DedupError::InFlight { retry_after } => write!(
+                f,
+                "a request with this idempotency key is in flight (E14): retry after {} ms",
+                retry_after.as_millis()
+            ),
+            DedupError::LeaseExpired { after } => write!(
+                f,
+                "action passed its in-flight lease of {} ms and was cancelled (E6)",
+                after.as_millis()
+            ),
+            DedupError::Abandoned => {
+                f.write_str("the run this call waited for ended without a result; retry with the same key")
+            }
+            DedupError::DeadlineExceeded => {
+                f.write_str("caller deadline passed while waiting (E5); the run continues")
+            }
+            DedupError::ShuttingDown => f.write_str("dedup engine is shutting down (E10)"),
+        }
+    }
+}
+
+impl std::error::Error for DedupError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DedupError::Action { status, .. } => Some(status),
+            _ => None,
+        }
+    }
+}
+
+impl From<DedupError> for Status {
+    fn from(e: DedupError) -> Status {
+        e.to_status()
+    }
+}

@@ -1,0 +1,59 @@
+//! The messages between engine handles, runs and shard actors.
+
+use idem_core::{Fingerprint, Scope, Status};
+use tokio::sync::oneshot;
+
+use crate::entry::EntryInfo;
+use crate::{DedupError, Outcome};
+
+/// A request to a shard. Only the shard reads or writes its map; everything else sends one of these.
+pub(crate) enum Msg<V> {
+    /// A call for `scope`: the shard answers `Lead` (run the action), or `Done` now (replay,
+    /// conflict, full, reject), or keeps `reply` and answers `Done` when the run completes (join).
+    Begin {
+        hash: u64,
+        scope: Scope,
+        fingerprint: Fingerprint,
+        reply: oneshot::Sender<Reply<V>>,
+    },
+    /// The run identified by (`hash`, `token`) ended.
+    Complete {
+        hash: u64,
+        token: u64,
+        end: RunEnd<V>,
+    },
+    /// Operator look-up (SPEC E13).
+    Lookup {
+        hash: u64,
+        scope: Scope,
+        reply: oneshot::Sender<Option<EntryInfo>>,
+    },
+    /// Operator eviction (SPEC E3, E13).
+    Forget {
+        hash: u64,
+        scope: Scope,
+        reply: oneshot::Sender<bool>,
+    },
+    /// Shutdown: fail what is still in flight and stop (SPEC E10).
+    Stop,
+}
+
+/// A shard's answer to `Begin`.
+pub(crate) enum Reply<V> {
+    /// This caller leads: run the action and send `Complete` with this token.
+    Lead { token: u64 },
+    /// The final answer for this caller.
+    Done(Result<Outcome<V>, DedupError>),
+}
+
+/// How a run ended.
+pub(crate) enum RunEnd<V> {
+    /// The action returned.
+    Finished(Result<V, Status>),
+    /// The action (or the closure that made it) panicked.
+    Panicked(String),
+    /// The run passed its lease and was cancelled by its driver.
+    LeaseExpired,
+    /// The leader's call was dropped before the action was started.
+    Abandoned,
+}

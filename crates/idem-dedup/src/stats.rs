@@ -1,0 +1,126 @@
+//! Counters read without touching a mailbox (SPEC E9).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Per-shard counters. The shard actor is the only writer of most fields, so increments never
+/// contend; `stats()` reads them with relaxed loads. Aligned to 128 bytes so two shards never share
+/// a cache line.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct ShardCounters {
+    pub(crate) in_flight: AtomicU64,
+    pub(crate) completed: AtomicU64,
+    pub(crate) executed: AtomicU64,
+    pub(crate) joined: AtomicU64,
+    pub(crate) replayed: AtomicU64,
+    pub(crate) conflicts: AtomicU64,
+    pub(crate) failed: AtomicU64,
+    pub(crate) panicked: AtomicU64,
+    pub(crate) overloaded: AtomicU64,
+    pub(crate) rejected_in_flight: AtomicU64,
+    pub(crate) lease_expired: AtomicU64,
+    pub(crate) abandoned: AtomicU64,
+    pub(crate) expired: AtomicU64,
+    // Written by callers, not the actor.
+    pub(crate) deadline_exceeded: AtomicU64,
+    pub(crate) mailbox_full: AtomicU64,
+}
+
+pub(crate) fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Relaxed);
+}
+
+/// In-flight and completed counts of one shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ShardStats {
+    /// Runs in flight.
+    pub in_flight: u64,
+    /// Completed results stored (successes and cached failures).
+    pub completed: u64,
+}
+
+/// Outcome counters since the engine started, summed over shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OutcomeCounts {
+    /// Calls that ran the action.
+    pub executed: u64,
+    /// Calls that waited for another call's run.
+    pub joined: u64,
+    /// Calls answered from a stored result.
+    pub replayed: u64,
+    /// Calls refused for a fingerprint conflict (K4).
+    pub conflicts: u64,
+    /// Runs that ended with the action's error.
+    pub failed: u64,
+    /// Runs whose action panicked (E4).
+    pub panicked: u64,
+    /// Calls refused because the engine was full (E7).
+    pub overloaded: u64,
+    /// Calls refused because the scope was in flight under `Reject` (E14).
+    pub rejected_in_flight: u64,
+    /// Runs cancelled by the in-flight lease (E6).
+    pub lease_expired: u64,
+    /// Runs that ended without a result (leader dropped before starting, or forgotten).
+    pub abandoned: u64,
+    /// Stored results removed by TTL expiry (E2).
+    pub expired: u64,
+    /// Callers that stopped waiting at their own deadline (E5).
+    pub deadline_exceeded: u64,
+    /// Sends that found a shard's mailbox full and waited for room (E8).
+    pub mailbox_full: u64,
+}
+
+/// A snapshot of the engine's counters (SPEC E9), from [`Engine::stats`](crate::Engine::stats).
+///
+/// Reading it costs one relaxed load per counter per shard and sends no message, so scraping it
+/// every second — or every millisecond — under full load is cheap. Counts of different shards are
+/// read at slightly different moments.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Stats {
+    /// Per shard, in shard order.
+    pub shards: Vec<ShardStats>,
+    /// Runs in flight, all shards.
+    pub in_flight: u64,
+    /// Completed results stored, all shards.
+    pub completed: u64,
+    /// Outcome counters, all shards.
+    pub outcomes: OutcomeCounts,
+}
+
+impl Stats {
+    /// In-flight + completed entries: what `max_entries` caps.
+    pub fn entries(&self) -> u64 {
+        self.in_flight + self.completed
+    }
+
+    pub(crate) fn collect(shards: &[ShardCounters]) -> Stats {
+        let mut s = Stats {
+            shards: Vec::with_capacity(shards.len()),
+            ..Stats::default()
+        };
+        for c in shards {
+            let sh = ShardStats {
+                in_flight: c.in_flight.load(Relaxed),
+                completed: c.completed.load(Relaxed),
+            };
+            s.in_flight += sh.in_flight;
+            s.completed += sh.completed;
+            s.shards.push(sh);
+            let o = &mut s.outcomes;
+            o.executed += c.executed.load(Relaxed);
+            o.joined += c.joined.load(Relaxed);
+            o.replayed += c.replayed.load(Relaxed);
+            o.conflicts += c.conflicts.load(Relaxed);
+            o.failed += c.failed.load(Relaxed);
+            o.panicked += c.panicked.load(Relaxed);
+            o.overloaded += c.overloaded.load(Relaxed);
+            o.rejected_in_flight += c.rejected_in_flight.load(Relaxed);
+            o.lease_expired += c.lease_expired.load(Relaxed);
+            o.abandoned += c.abandoned.load(Relaxed);
+            o.expired += c.expired.load(Relaxed);
+            o.deadline_exceeded += c.deadline_exceeded.load(Relaxed);
+            o.mailbox_full += c.mailbox_full.load(Relaxed);
+        }
+        s
+    }
+}

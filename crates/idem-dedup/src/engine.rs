@@ -285,13 +285,13 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             },
         };
         match end {
-            RunEnd::Finished(Ok(v)) => {
-                let expires_at = Instant::now() + inner.cfg.ttl;
-                run.report(RunEnd::Finished(Ok(v.clone())));
+            RunEnd::Finished(Ok(v), at) => {
+                let expires_at = at + inner.cfg.ttl;
+                run.report(RunEnd::Finished(Ok(v.clone()), at));
                 Ok(Outcome::new(v, OutcomeKind::Executed, expires_at))
             }
-            RunEnd::Finished(Err(status)) => {
-                run.report(RunEnd::Finished(Err(status.clone())));
+            RunEnd::Finished(Err(status), at) => {
+                run.report(RunEnd::Finished(Err(status.clone()), at));
                 Err(DedupError::Action {
                     status,
                     outcome: OutcomeKind::Executed,

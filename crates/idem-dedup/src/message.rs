@@ -48,8 +48,8 @@ pub(crate) enum Reply<V> {
 
 /// How a run ended.
 pub(crate) enum RunEnd<V> {
-    /// The action returned.
-    Finished(Result<V, Status>),
+    /// The action returned, at `at` (tokio clock): the TTL counts from then (SPEC E2).
+    Finished(Result<V, Status>, tokio::time::Instant),
     /// The action (or the closure that made it) panicked.
     Panicked(String),
     /// The run passed its lease and was cancelled by its driver.

@@ -92,7 +92,7 @@ fn to_end<V>(
     out: Result<Result<Result<V, Status>, Box<dyn Any + Send>>, tokio::time::error::Elapsed>,
 ) -> RunEnd<V> {
     match out {
-        Ok(Ok(result)) => RunEnd::Finished(result),
+        Ok(Ok(result)) => RunEnd::Finished(result, tokio::time::Instant::now()),
         Ok(Err(panic)) => RunEnd::Panicked(panic_message(&*panic)),
         Err(_elapsed) => RunEnd::LeaseExpired,
     }

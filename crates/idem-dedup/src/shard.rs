@@ -256,22 +256,22 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         if !matches!(occ.get().state, State::InFlight { .. }) {
             return;
         }
-        let now = Instant::now();
-        let cached_ttl = match &end {
-            RunEnd::Finished(Ok(_)) => Some(self.core.cfg.ttl),
-            RunEnd::Finished(Err(s)) if self.core.cfg.cached_failures.contains(s.code()) => {
-                Some(self.core.cfg.failure_ttl)
+        let cached = match &end {
+            RunEnd::Finished(Ok(_), at) => Some((*at, self.core.cfg.ttl)),
+            RunEnd::Finished(Err(s), at) if self.core.cfg.cached_failures.contains(s.code()) => {
+                Some((*at, self.core.cfg.failure_ttl))
             }
             _ => None,
         };
-        match cached_ttl {
-            Some(ttl) => {
+        match cached {
+            Some((now, ttl)) => {
                 let e = occ.get_mut();
-                self.core.wheel.reset(&e.timer, ttl);
                 let expires_at = now + ttl;
+                // TTL counts from the action's completion, not from when the shard heard of it.
+                self.core.wheel.reset_at(&e.timer, expires_at);
                 let result = match end {
-                    RunEnd::Finished(Ok(v)) => Ok(v),
-                    RunEnd::Finished(Err(s)) => Err(Arc::new(s)),
+                    RunEnd::Finished(Ok(v), _) => Ok(v),
+                    RunEnd::Finished(Err(s), _) => Err(Arc::new(s)),
                     _ => unreachable!("only finished runs are cached"),
                 };
                 let waiters = match std::mem::replace(
@@ -312,7 +312,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                 let (e, _) = occ.remove();
                 self.core.wheel.remove(&e.timer);
                 match end {
-                    RunEnd::Finished(Err(status)) => {
+                    RunEnd::Finished(Err(status), _) => {
                         self.core.tally.failed += 1;
                         self.core.release(e, || DedupError::Action {
                             status: status.clone(),
@@ -334,7 +334,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                         self.core.tally.abandoned += 1;
                         self.core.release(e, || DedupError::Abandoned);
                     }
-                    RunEnd::Finished(Ok(_)) => unreachable!("successes are always stored"),
+                    RunEnd::Finished(Ok(_), _) => unreachable!("successes are always stored"),
                 }
             }
         }

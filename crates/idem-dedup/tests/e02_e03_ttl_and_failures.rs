@@ -1,0 +1,257 @@
+//! E2 (TTL on the timer wheel), E3 (failures not cached; cached by code; forget), E13 (look-up).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{eventually, fp, scope, Runs};
+use idem_core::{Code, CodeSet, Status};
+use idem_dedup::{DedupError, Engine, EntryState, OutcomeKind};
+use tokio::time::advance;
+
+const TTL: Duration = Duration::from_secs(24 * 3600);
+
+#[tokio::test(start_paused = true)]
+async fn e2_result_is_gone_at_exactly_completion_plus_ttl() {
+    let engine = Engine::<u32>::builder().shards(1).build().unwrap();
+    let s = scope("order-ttl-1");
+    engine
+        .execute(&s, fp("a"), || async { Ok(1) })
+        .await
+        .unwrap();
+    // Just before the TTL: replayed.
+    advance(TTL - Duration::from_millis(1)).await;
+    let r = engine
+        .execute(&s, fp("a"), || async { Ok(2) })
+        .await
+        .unwrap();
+    assert_eq!((r.kind(), *r.value()), (OutcomeKind::Replayed, 1));
+    // At exactly completion + TTL: gone, runs again.
+    advance(Duration::from_millis(1)).await;
+    let r = engine
+        .execute(&s, fp("a"), || async { Ok(2) })
+        .await
+        .unwrap();
+    assert_eq!((r.kind(), *r.value()), (OutcomeKind::Executed, 2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn e2_expired_results_are_removed_without_any_read() {
+    let engine = Engine::<u32>::builder()
+        .shards(2)
+        .ttl(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    for i in 0..100 {
+        let s = common::nth_scope(i);
+        engine
+            .execute(&s, fp("a"), || async { Ok(1) })
+            .await
+            .unwrap();
+    }
+    eventually("stored", || engine.stats().completed == 100).await;
+    advance(Duration::from_secs(59)).await;
+    tokio::task::yield_now().await;
+    assert_eq!(engine.stats().completed, 100);
+    advance(Duration::from_secs(2)).await;
+    eventually("expired by the wheel", || engine.stats().completed == 0).await;
+    assert_eq!(engine.stats().outcomes.expired, 100);
+}
+
+#[tokio::test(start_paused = true)]
+async fn e2_ttl_counts_from_completion_not_start() {
+    let engine = Engine::<u32>::builder()
+        .ttl(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let s = scope("order-ttl-2");
+    // The action takes 5 s; the result must live 10 s after it completes.
+    engine
+        .execute(&s, fp("a"), || async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok(1)
+        })
+        .await
+        .unwrap();
+    advance(Duration::from_secs(9)).await;
+    let r = engine
+        .execute(&s, fp("a"), || async { Ok(2) })
+        .await
+        .unwrap();
+    assert_eq!(r.kind(), OutcomeKind::Replayed);
+    let info = engine.lookup(&s).await.unwrap().unwrap();
+    assert_eq!(info.state, EntryState::Completed);
+    assert_eq!(info.age, Duration::from_secs(9));
+    assert_eq!(info.expires_in, Some(Duration::from_secs(1)));
+    advance(Duration::from_secs(1)).await;
+    assert_eq!(engine.lookup(&s).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn e3_failure_is_not_cached_and_every_waiter_gets_it() {
+    let engine = Engine::<u32>::builder().build().unwrap();
+    let s = scope("order-fail-1");
+    let runs = Runs::default();
+    let (release, gate) = tokio::sync::oneshot::channel::<()>();
+    let r = runs.clone();
+    let leader = {
+        let (engine, s) = (engine.clone(), s.clone());
+        tokio::spawn(async move {
+            engine
+                .execute(&s, fp("a"), move || async move {
+                    r.hit();
+                    gate.await.ok();
+                    Err(Status::new(Code::Unavailable, "db down"))
+                })
+                .await
+        })
+    };
+    eventually("in flight", || engine.stats().in_flight == 1).await;
+    let waiters: Vec<_> = (0..5)
+        .map(|_| {
+            let (engine, s) = (engine.clone(), s.clone());
+            tokio::spawn(async move { engine.execute(&s, fp("a"), || async { Ok(9) }).await })
+        })
+        .collect();
+    eventually("joined", || engine.stats().outcomes.joined == 5).await;
+    release.send(()).unwrap();
+    let err = leader.await.unwrap().unwrap_err();
+    assert!(matches!(
+        &err,
+        DedupError::Action { status, outcome: OutcomeKind::Executed } if status.message() == "db down"
+    ));
+    assert_eq!(err.code(), Code::Unavailable);
+    for w in waiters {
+        let err = w.await.unwrap().unwrap_err();
+        assert!(matches!(
+            &err,
+            DedupError::Action { status, outcome: OutcomeKind::Joined } if status.code() == Code::Unavailable
+        ));
+    }
+    // Not cached: the next call runs again.
+    let r = runs.clone();
+    let next = engine
+        .execute(&s, fp("a"), move || async move {
+            r.hit();
+            Ok(3)
+        })
+        .await
+        .unwrap();
+    assert_eq!((next.kind(), *next.value()), (OutcomeKind::Executed, 3));
+    assert_eq!(runs.get(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn e3_e13_failures_cached_by_declared_code_with_their_own_ttl() {
+    let engine = Engine::<u32>::builder()
+        .cache_failures(
+            CodeSet::EMPTY.with(Code::FailedPrecondition),
+            Duration::from_secs(30),
+        )
+        .build()
+        .unwrap();
+    let permanent = scope("order-fail-2");
+    let transient = scope("order-fail-3");
+    let runs = Runs::default();
+    for _ in 0..3 {
+        let r = runs.clone();
+        let _ = engine
+            .execute(&permanent, fp("a"), move || async move {
+                r.hit();
+                Err(Status::new(Code::FailedPrecondition, "insufficient funds"))
+            })
+            .await;
+    }
+    assert_eq!(
+        runs.get(),
+        1,
+        "the permanent failure was cached and replayed"
+    );
+    let err = engine
+        .execute(&permanent, fp("a"), || async { Ok(1) })
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        DedupError::Action { ref status, outcome: OutcomeKind::Replayed } if status.message() == "insufficient funds"
+    ));
+    let info = engine.lookup(&permanent).await.unwrap().unwrap();
+    assert_eq!(
+        info.state,
+        EntryState::CachedFailure(Code::FailedPrecondition)
+    );
+    assert_eq!(info.expires_in, Some(Duration::from_secs(30)));
+
+    let runs = Runs::default();
+    for _ in 0..3 {
+        let r = runs.clone();
+        let _ = engine
+            .execute(&transient, fp("a"), move || async move {
+                r.hit();
+                Err(Status::new(Code::Unavailable, "try later"))
+            })
+            .await;
+    }
+    assert_eq!(runs.get(), 3, "UNAVAILABLE is never cached");
+
+    // The cached failure lives for its own TTL.
+    advance(Duration::from_secs(30)).await;
+    let ok = engine
+        .execute(&permanent, fp("a"), || async { Ok(7) })
+        .await
+        .unwrap();
+    assert_eq!((ok.kind(), *ok.value()), (OutcomeKind::Executed, 7));
+}
+
+#[tokio::test]
+async fn e3_e13_forget_removes_a_stored_result() {
+    let engine = Engine::<u32>::builder().build().unwrap();
+    let s = scope("order-forget");
+    engine
+        .execute(&s, fp("a"), || async { Ok(1) })
+        .await
+        .unwrap();
+    assert!(engine.forget(&s).await.unwrap());
+    assert!(!engine.forget(&s).await.unwrap(), "nothing left to forget");
+    assert_eq!(engine.lookup(&s).await.unwrap(), None);
+    let r = engine
+        .execute(&s, fp("b"), || async { Ok(2) })
+        .await
+        .unwrap();
+    assert_eq!((r.kind(), *r.value()), (OutcomeKind::Executed, 2));
+    eventually("one stored", || engine.stats().completed == 1).await;
+}
+
+#[tokio::test]
+async fn e13_forget_in_flight_releases_waiters_and_lookup_shows_state() {
+    let engine = Engine::<u32>::builder().build().unwrap();
+    let s = scope("order-forget-2");
+    let (release, gate) = tokio::sync::oneshot::channel::<()>();
+    let leader = {
+        let (engine, s) = (engine.clone(), s.clone());
+        tokio::spawn(async move {
+            engine
+                .execute(&s, fp("a"), || async move {
+                    gate.await.ok();
+                    Ok(1)
+                })
+                .await
+        })
+    };
+    eventually("in flight", || engine.stats().in_flight == 1).await;
+    let waiter = {
+        let (engine, s) = (engine.clone(), s.clone());
+        tokio::spawn(async move { engine.execute(&s, fp("a"), || async { Ok(2) }).await })
+    };
+    eventually("joined", || engine.stats().outcomes.joined == 1).await;
+    let info = engine.lookup(&s).await.unwrap().unwrap();
+    assert_eq!(info.state, EntryState::InFlight { waiters: 1 });
+    assert_eq!(info.expires_in, None);
+    assert!(engine.forget(&s).await.unwrap());
+    assert_eq!(waiter.await.unwrap().unwrap_err(), DedupError::Abandoned);
+    release.send(()).unwrap();
+    // The run itself finished for its own caller, but its result was not stored.
+    assert_eq!(*leader.await.unwrap().unwrap().value(), 1);
+    tokio::task::yield_now().await;
+    assert_eq!(engine.lookup(&s).await.unwrap(), None);
+}

@@ -1,0 +1,278 @@
+//! The retry budget: a cap on retries across all calls (SPEC R5).
+//!
+//! # Why a budget and not only max attempts?
+//!
+//! `max_attempts` bounds one call; it does not bound the system. When a dependency goes down,
+//! every call fails and every call retries: with 3 attempts the dependency sees 3× its normal load
+//! exactly when it can least take it, and the retries keep it down. A budget caps retries to a
+//! fraction of recent requests (default 10%): in a brief blip everything that fails is retried; in
+//! an outage the extra load stays at +10% and calls fail fast with their last error. A small
+//! per-second floor keeps a quiet client (a few calls a minute) able to retry at all.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::policy::InvalidPolicy;
+
+/// Default cap on retries as a fraction of requests in the window (SPEC R5).
+pub const DEFAULT_BUDGET_RATIO: f64 = 0.1;
+/// Default floor: retries per second always allowed, whatever the ratio says (SPEC R5).
+pub const DEFAULT_MIN_RETRIES_PER_SEC: u32 = 10;
+/// Default length of the sliding window (SPEC R5).
+pub const DEFAULT_BUDGET_WINDOW: Duration = Duration::from_secs(10);
+
+/// The window is kept as this many slots; the oldest slot drops out as time moves on.
+const SLOTS: usize = 10;
+
+/// A sliding-window retry budget, shared by every call and task that holds a clone (SPEC R5).
+///
+/// Each call [`deposit`](Self::deposit)s once; each retry must [`try_withdraw`](Self::try_withdraw).
+/// A withdrawal is allowed while, over the window,
+/// `retries + 1 <= max(ratio · requests, min_per_sec · window_secs)`; otherwise it is refused and
+/// counted ([`refused`](Self::refused)), and the retrier fails the call fast with its last error.
+///
+/// Time comes from tokio's clock, so paused-clock tests drive the window. The state sits behind one
+/// `std::sync::Mutex` whose critical sections are a handful of additions over 10 slots and never
+/// span an `.await`; the refusal counter is an atomic.
+///
+/// # Default
+///
+/// | setting | default | constant |
+/// |---|---|---|
+/// | ratio (retries / requests) | 10% | [`DEFAULT_BUDGET_RATIO`] |
+/// | floor | 10 retries per second | [`DEFAULT_MIN_RETRIES_PER_SEC`] |
+/// | window | 10 s (10 slots of 1 s) | [`DEFAULT_BUDGET_WINDOW`] |
+///
+/// # Examples
+///
+/// ```
+/// use idem_retry::RetryBudget;
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), idem_retry::InvalidPolicy> {
+/// // 10%, no floor: 100 requests pay for 10 retries.
+/// let budget = RetryBudget::builder().ratio(0.1).min_per_sec(0).build()?;
+/// let shared = budget.clone(); // clones share one window
+/// for _ in 0..100 {
+///     shared.deposit();
+/// }
+/// let granted = (0..20).filter(|_| budget.try_withdraw()).count();
+/// assert_eq!(granted, 10);
+/// assert_eq!(budget.refused(), 10);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RetryBudget {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    ratio: f64,
+    floor: f64,
+    slot_nanos: u128,
+    origin: Instant,
+    window: Mutex<Window>,
+    refused: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Window {
+    /// Which slot-length period each slot holds; `u64::MAX` for never used.
+    epochs: [u64; SLOTS],
+    requests: [u64; SLOTS],
+    retries: [u64; SLOTS],
+}
+
+impl Window {
+    /// Makes `epoch`'s slot current (clearing what it held before) and returns its index.
+    fn slot(&mut self, epoch: u64) -> usize {
+        let i = (epoch % SLOTS as u64) as usize;
+        if self.epochs[i] != epoch {
+            self.epochs[i] = epoch;
+            self.requests[i] = 0;
+            self.retries[i] = 0;
+        }
+        i
+    }
+
+    /// Requests and retries in the `SLOTS` periods ending with `epoch`.
+    fn totals(&self, epoch: u64) -> (u64, u64) {
+        let mut req = 0;
+        let mut ret = 0;
+        for i in 0..SLOTS {
+            let e = self.epochs[i];
+            if e <= epoch && epoch - e < SLOTS as u64 {
+                req += self.requests[i];
+                ret += self.retries[i];
+            }
+        }
+        (req, ret)
+    }
+}
+
+/// A view of a [`RetryBudget`]'s window, from [`RetryBudget::snapshot`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetSnapshot {
+    /// Requests deposited in the current window.
+    pub requests: u64,
+    /// Retries granted in the current window.
+    pub retries: u64,
+    /// Withdrawals refused since the budget was made.
+    pub refused: u64,
+}
+
+impl RetryBudget {
+    /// A budget with the defaults: 10% of requests, a floor of 10 retries/s, a 10 s window.
+    pub fn new() -> Self {
+        RetryBudgetBuilder::new()
+            .build()
+            .expect("the defaults are valid")
+    }
+
+    /// A builder starting from the defaults.
+    pub const fn builder() -> RetryBudgetBuilder {
+        RetryBudgetBuilder::new()
+    }
+
+    fn lock(&self) -> (MutexGuard<'_, Window>, u64) {
+        let epoch = Instant::now()
+            .saturating_duration_since(self.inner.origin)
+            .as_nanos()
+            / self.inner.slot_nanos;
+        let epoch = u64::try_from(epoch).unwrap_or(u64::MAX - 1);
+        let guard = self
+            .inner
+            .window
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        (guard, epoch)
+    }
+
+    /// Records one request (call it once per call, not per attempt).
+    pub fn deposit(&self) {
+        let (mut w, epoch) = self.lock();
+        let i = w.slot(epoch);
+        w.requests[i] += 1;
+    }
+
+    /// Asks for one retry. Records it and returns `true` if the budget allows it; otherwise counts
+    /// a refusal and returns `false`.
+    pub fn try_withdraw(&self) -> bool {
+        let (mut w, epoch) = self.lock();
+        let (req, ret) = w.totals(epoch);
+        let allowed = (self.inner.ratio * req as f64).max(self.inner.floor);
+        if (ret + 1) as f64 <= allowed {
+            let i = w.slot(epoch);
+            w.retries[i] += 1;
+            true
+        } else {
+            drop(w);
+            self.inner.refused.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+    }
+
+    /// Withdrawals refused since the budget was made.
+    pub fn refused(&self) -> u64 {
+        self.inner.refused.load(Ordering::Relaxed)
+    }
+
+    /// Requests and retries in the current window, and refusals so far.
+    pub fn snapshot(&self) -> BudgetSnapshot {
+        let (w, epoch) = self.lock();
+        let (requests, retries) = w.totals(epoch);
+        drop(w);
+        BudgetSnapshot {
+            requests,
+            retries,
+            refused: self.refused(),
+        }
+    }
+}
+
+impl Default for RetryBudget {
+    /// [`RetryBudget::new`].
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Builds a [`RetryBudget`]; [`build`](Self::build) checks every rule.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryBudgetBuilder {
+    ratio: f64,
+    min_per_sec: u32,
+    window: Duration,
+}
+
+impl RetryBudgetBuilder {
+    /// A builder holding the defaults.
+    pub const fn new() -> Self {
+        RetryBudgetBuilder {
+            ratio: DEFAULT_BUDGET_RATIO,
+            min_per_sec: DEFAULT_MIN_RETRIES_PER_SEC,
+            window: DEFAULT_BUDGET_WINDOW,
+        }
+    }
+
+    /// Retries allowed as a fraction of requests (0.1 = 10%). Finite and non-negative.
+    pub const fn ratio(mut self, ratio: f64) -> Self {
+        self.ratio = ratio;
+        self
+    }
+
+    /// Retries per second allowed whatever the ratio says (0 = no floor).
+    pub const fn min_per_sec(mut self, n: u32) -> Self {
+        self.min_per_sec = n;
+        self
+    }
+
+    /// The sliding window's length; at least 10 ns (it is kept as 10 slots).
+    pub const fn window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// The budget, or the first rule it breaks.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidPolicy`] naming the rule: `ratio` finite and `>= 0`, `window` at least 10 ns.
+    pub fn build(self) -> Result<RetryBudget, InvalidPolicy> {
+        if !(self.ratio.is_finite() && self.ratio >= 0.0) {
+            return Err(InvalidPolicy(
+                "budget ratio must be a finite number of at least 0",
+            ));
+        }
+        let slot_nanos = self.window.as_nanos() / SLOTS as u128;
+        if slot_nanos == 0 {
+            return Err(InvalidPolicy("budget window must be at least 10 ns"));
+        }
+        Ok(RetryBudget {
+            inner: Arc::new(Inner {
+                ratio: self.ratio,
+                floor: f64::from(self.min_per_sec) * self.window.as_secs_f64(),
+                slot_nanos,
+                origin: Instant::now(),
+                window: Mutex::new(Window {
+                    epochs: [u64::MAX; SLOTS],
+                    requests: [0; SLOTS],
+                    retries: [0; SLOTS],
+                }),
+                refused: AtomicU64::new(0),
+            }),
+        })
+    }
+}
+
+impl Default for RetryBudgetBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,87 @@
+//! Metric names and labels, documented in one place (SPEC R5, T3).
+//!
+//! The retrier reports to the [`metrics`](https://docs.rs/metrics) facade; install any recorder
+//! (the Prometheus exporter, for one) to collect them. Without a recorder they cost nothing.
+//!
+//! | name | kind | labels | meaning |
+//! |---|---|---|---|
+//! | [`ATTEMPTS`] `idem_retry_attempts_total` | counter | — | attempts made, first ones included |
+//! | [`RETRIES`] `idem_retry_retries_total` | counter | — | retries started (attempts after the first) |
+//! | [`GIVE_UPS`] `idem_retry_give_ups_total` | counter | `reason` = `not_retryable`, `attempts`, `deadline`, `budget` | calls that ended on a failure, by why no further retry was made |
+//!
+//! The same figures are kept in-process by each [`Retrier`](crate::Retrier)
+//! ([`Retrier::stats`](crate::Retrier::stats)).
+
+use std::fmt;
+
+/// Counter: attempts made, first ones included.
+pub const ATTEMPTS: &str = "idem_retry_attempts_total";
+/// Counter: retries started.
+pub const RETRIES: &str = "idem_retry_retries_total";
+/// Counter: calls that ended on a failure, labelled [`REASON`] = [`GiveUp::as_str`].
+pub const GIVE_UPS: &str = "idem_retry_give_ups_total";
+/// The label on [`GIVE_UPS`].
+pub const REASON: &str = "reason";
+
+/// Why a failed call was not retried again; the `reason` label of [`GIVE_UPS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GiveUp {
+    /// The classifier said no (SPEC R2, S2), or the refresh step of an `ABORTED` call was missing
+    /// or failed.
+    NotRetryable,
+    /// Every attempt of the policy was used (SPEC R1).
+    Attempts,
+    /// The remaining deadline does not cover the wait plus a minimum attempt (SPEC R3).
+    Deadline,
+    /// The retry budget refused (SPEC R5).
+    Budget,
+}
+
+impl GiveUp {
+    /// All four reasons.
+    pub const ALL: [GiveUp; 4] = [
+        GiveUp::NotRetryable,
+        GiveUp::Attempts,
+        GiveUp::Deadline,
+        GiveUp::Budget,
+    ];
+
+    /// The label value: `not_retryable`, `attempts`, `deadline` or `budget`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            GiveUp::NotRetryable => "not_retryable",
+            GiveUp::Attempts => "attempts",
+            GiveUp::Deadline => "deadline",
+            GiveUp::Budget => "budget",
+        }
+    }
+}
+
+impl fmt::Display for GiveUp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Registers the descriptions of every metric above with the installed recorder. Optional; call it
+/// once after installing a recorder.
+pub fn describe() {
+    metrics::describe_counter!(ATTEMPTS, "Attempts made, first ones included.");
+    metrics::describe_counter!(RETRIES, "Retries started (attempts after the first).");
+    metrics::describe_counter!(
+        GIVE_UPS,
+        "Calls that ended on a failure, by why no further retry was made."
+    );
+}
+
+pub(crate) fn attempt() {
+    metrics::counter!(ATTEMPTS).increment(1);
+}
+
+pub(crate) fn retry() {
+    metrics::counter!(RETRIES).increment(1);
+}
+
+pub(crate) fn give_up(why: GiveUp) {
+    metrics::counter!(GIVE_UPS, REASON => why.as_str()).increment(1);
+}

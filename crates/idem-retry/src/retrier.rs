@@ -1,0 +1,313 @@
+//! The retrier: runs an async operation, retrying it by the policy, the classifier, the deadline
+//! and the budget, waiting through the scheduler (SPEC R1–R6, S2, S3).
+
+use std::future::{self, Future, Ready};
+use std::sync::Arc;
+
+use crate::budget::RetryBudget;
+use crate::call::{Attempt, Call};
+use crate::classify::{classify, Classify, Decision, Wait};
+use crate::deadline::check_retry;
+use crate::metrics::GiveUp;
+use crate::policy::RetryPolicy;
+use crate::scheduler::{Scheduler, TokioScheduler};
+use crate::stats::{Counters, RetryStats};
+
+/// Retries any async operation `FnMut(Attempt) -> impl Future<Output = Result<T, E>>`; usable
+/// without tower.
+///
+/// For each call: the first attempt always runs. After a failure the retrier
+/// 1. [`classify`]s it against the [`Call`] (SPEC R2, S2, S3), and stops if it is not retryable;
+/// 2. stops if the attempts are used up, or if the remaining deadline does not cover the wait plus
+///    the policy's minimum attempt time (SPEC R3) — never starting a hopeless attempt, never
+///    waiting past the deadline;
+/// 3. asks the [`RetryBudget`] for a retry (SPEC R5), and stops if refused;
+/// 4. waits the backoff (or the server's pushback) through the [`Scheduler`] (SPEC R4);
+/// 5. for `ABORTED`, runs the caller's refresh step ([`call_with_refresh`](Self::call_with_refresh));
+/// 6. runs the next attempt with the **same key** and the next attempt number (SPEC R6).
+///
+/// When it stops it returns the last error unchanged and counts why ([`GiveUp`]).
+///
+/// Clones share the policy, budget, scheduler and counters. Retry at one layer only (SPEC R7): a
+/// retrier inside a server handler multiplies with the client's.
+///
+/// # Default
+///
+/// [`RetryPolicy::default`] (3 attempts, 20 ms, ×2, 1 s cap, ±20%, 50 ms minimum attempt),
+/// [`RetryBudget::new`] (10%, 10 retries/s floor, 10 s window), [`TokioScheduler`].
+///
+/// # Examples
+///
+/// ```
+/// use idem_core::{Code, IdempotencyKey, Status};
+/// use idem_retry::{Call, Retrier, RetryPolicy};
+/// use std::sync::atomic::{AtomicU32, Ordering};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let retrier = Retrier::default();
+/// let key = IdempotencyKey::derive("order-1001", "CreateOrder");
+/// let tries = AtomicU32::new(0);
+///
+/// let order_id = retrier
+///     .call(&Call::keyed(key.clone()), |attempt| {
+///         let n = tries.fetch_add(1, Ordering::Relaxed);
+///         let key = key.clone();
+///         async move {
+///             assert_eq!(attempt.key(), Some(&key)); // the same key on every attempt
+///             if n == 0 {
+///                 Err(Status::new(Code::Unavailable, "connection refused"))
+///             } else {
+///                 Ok(format!("order-for-{}", attempt.key().unwrap()))
+///             }
+///         }
+///     })
+///     .await
+///     .unwrap();
+/// assert!(order_id.starts_with("order-for-"));
+/// assert_eq!(retrier.stats().attempts, 2);
+/// # }
+/// ```
+///
+/// # Cancellation safety
+///
+/// Dropping the future of [`call`](Self::call) drops the attempt in progress (or the wait) and
+/// makes no further attempt. Whether a dropped attempt reached the server is unknown, so call again
+/// with the **same** [`Call`] (same key): the server's dedup joins or replays the first run.
+#[derive(Debug, Clone)]
+pub struct Retrier<S = TokioScheduler> {
+    policy: RetryPolicy,
+    budget: RetryBudget,
+    scheduler: S,
+    counters: Arc<Counters>,
+}
+
+impl Retrier<TokioScheduler> {
+    /// A retrier with `policy`, its own default [`RetryBudget`] and the tokio scheduler.
+    pub fn new(policy: RetryPolicy) -> Self {
+        Retrier {
+            policy,
+            budget: RetryBudget::new(),
+            scheduler: TokioScheduler,
+            counters: Arc::default(),
+        }
+    }
+}
+
+impl Default for Retrier<TokioScheduler> {
+    /// `Retrier::new(RetryPolicy::default())`.
+    fn default() -> Self {
+        Self::new(RetryPolicy::default())
+    }
+}
+
+impl<S> Retrier<S> {
+    /// Uses `budget` (share one budget between retriers by passing clones).
+    pub fn with_budget(mut self, budget: RetryBudget) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// Waits through `scheduler` instead.
+    pub fn with_scheduler<S2>(self, scheduler: S2) -> Retrier<S2> {
+        Retrier {
+            policy: self.policy,
+            budget: self.budget,
+            scheduler,
+            counters: self.counters,
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &RetryPolicy {
+        &self.policy
+    }
+
+    /// The budget.
+    pub fn budget(&self) -> &RetryBudget {
+        &self.budget
+    }
+
+    /// The scheduler.
+    pub fn scheduler(&self) -> &S {
+        &self.scheduler
+    }
+
+    /// Counters of calls, attempts, retries and give-ups, shared by clones.
+    pub fn stats(&self) -> RetryStats {
+        self.counters.snapshot()
+    }
+}
+
+impl<S: Scheduler> Retrier<S> {
+    /// Runs `op` for `call`, retrying as described on [`Retrier`]. `ABORTED` failures are not
+    /// retried: that needs a refresh step ([`call_with_refresh`](Self::call_with_refresh)).
+    ///
+    /// # Errors
+    ///
+    /// The last attempt's error, when a failure is not retried.
+    pub async fn call<T, E, F, Fut>(&self, call: &Call, op: F) -> Result<T, E>
+    where
+        F: FnMut(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify,
+    {
+        self.run(call, op, NoRefresh).await
+    }
+
+    /// Like [`call`](Self::call), and retries `ABORTED` / `STOCK_CONFLICT` failures too: after the
+    /// backoff it awaits `refresh(&error)` (re-read the version the write lost on, update the
+    /// request the next attempt sends), then makes the next attempt.
+    ///
+    /// # Errors
+    ///
+    /// The last attempt's error, or the refresh step's error if it fails.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use idem_core::{Code, IdempotencyKey, Reason, Status};
+    /// use idem_retry::{Call, Retrier};
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use std::sync::Arc;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let stock_version = Arc::new(AtomicU64::new(7)); // the server's row
+    /// let seen = Arc::new(AtomicU64::new(6)); // the client's stale copy
+    /// let call = Call::keyed(IdempotencyKey::derive("deduct-42", "DeductStock"));
+    ///
+    /// let result = Retrier::default()
+    ///     .call_with_refresh(
+    ///         &call,
+    ///         |_attempt| {
+    ///             let (server, seen) = (stock_version.clone(), seen.clone());
+    ///             async move {
+    ///                 let expected = seen.load(Ordering::Relaxed);
+    ///                 server
+    ///                     .compare_exchange(expected, expected + 1, Ordering::Relaxed, Ordering::Relaxed)
+    ///                     .map_err(|_| Status::new(Code::Aborted, "version moved").with_reason(Reason::STOCK_CONFLICT))
+    ///             }
+    ///         },
+    ///         |_err: &Status| {
+    ///             let (server, seen) = (stock_version.clone(), seen.clone());
+    ///             async move {
+    ///                 seen.store(server.load(Ordering::Relaxed), Ordering::Relaxed); // re-read
+    ///                 Ok(())
+    ///             }
+    ///         },
+    ///     )
+    ///     .await;
+    /// assert_eq!(result, Ok(7));
+    /// assert_eq!(stock_version.load(Ordering::Relaxed), 8);
+    /// # }
+    /// ```
+    pub async fn call_with_refresh<T, E, F, Fut, R, RFut>(
+        &self,
+        call: &Call,
+        op: F,
+        refresh: R,
+    ) -> Result<T, E>
+    where
+        F: FnMut(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify,
+        R: FnMut(&E) -> RFut,
+        RFut: Future<Output = Result<(), E>>,
+    {
+        self.run(call, op, WithRefresh(refresh)).await
+    }
+
+    async fn run<T, E, F, Fut, R>(&self, call: &Call, mut op: F, mut refresh: R) -> Result<T, E>
+    where
+        F: FnMut(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify,
+        R: RefreshStep<E>,
+    {
+        self.counters.call();
+        self.budget.deposit();
+        let mut number: u32 = 1;
+        loop {
+            self.counters.attempt();
+            let attempt = Attempt::new(call.key().cloned(), number, call.deadline().copied());
+            let err = match op(attempt).await {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            };
+            let (wait, refreshing) = match classify(&err, call) {
+                Decision::Never(_) => return self.give_up(GiveUp::NotRetryable, err),
+                Decision::Retry(w) => (w, false),
+                Decision::RetryWithinDeadline(w) => {
+                    if call.deadline().is_none() {
+                        return self.give_up(GiveUp::Deadline, err);
+                    }
+                    (w, false)
+                }
+                Decision::RefreshThenRetry(w) => {
+                    if !R::AVAILABLE {
+                        return self.give_up(GiveUp::NotRetryable, err);
+                    }
+                    (w, true)
+                }
+            };
+            if number >= self.policy.max_attempts() {
+                return self.give_up(GiveUp::Attempts, err);
+            }
+            let delay = match wait {
+                Wait::Backoff => self.policy.delay_after(number),
+                Wait::Pushback(d) => d,
+            };
+            if let Err(why) = check_retry(&self.policy, number, call.deadline(), delay) {
+                return self.give_up(why, err);
+            }
+            if !self.budget.try_withdraw() {
+                return self.give_up(GiveUp::Budget, err);
+            }
+            self.counters.retry();
+            self.scheduler.sleep(delay).await;
+            if refreshing {
+                if let Err(e) = refresh.refresh(&err).await {
+                    return self.give_up(GiveUp::NotRetryable, e);
+                }
+            }
+            number = number.saturating_add(1);
+        }
+    }
+
+    fn give_up<T, E>(&self, why: GiveUp, err: E) -> Result<T, E> {
+        self.counters.give_up(why);
+        Err(err)
+    }
+}
+
+/// A refresh step for `ABORTED` failures, or its absence.
+trait RefreshStep<E> {
+    const AVAILABLE: bool;
+    type Future: Future<Output = Result<(), E>>;
+    fn refresh(&mut self, error: &E) -> Self::Future;
+}
+
+struct NoRefresh;
+
+impl<E> RefreshStep<E> for NoRefresh {
+    const AVAILABLE: bool = false;
+    type Future = Ready<Result<(), E>>;
+    fn refresh(&mut self, _: &E) -> Self::Future {
+        future::ready(Ok(()))
+    }
+}
+
+struct WithRefresh<R>(R);
+
+impl<E, R, RFut> RefreshStep<E> for WithRefresh<R>
+where
+    R: FnMut(&E) -> RFut,
+    RFut: Future<Output = Result<(), E>>,
+{
+    const AVAILABLE: bool = true;
+    type Future = RFut;
+    fn refresh(&mut self, error: &E) -> RFut {
+        (self.0)(error)
+    }
+}

@@ -1,0 +1,120 @@
+//! SPEC R5: a sliding-window retry budget caps retries at ~10% of requests under load, and still
+//! lets a quiet client retry (per-second floor). Driven by tokio's paused clock: a simulated minute
+//! takes well under a second of wall time.
+
+use std::time::Duration;
+
+use idem_core::Code;
+use idem_retry::{Call, GiveUp, Retrier, RetryBudget, RetryPolicy};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Starts one always-failing call every `every`, for `total` calls, then waits for them all.
+async fn drive(retrier: &Retrier, every: Duration, total: u32) {
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut tick = tokio::time::interval(every);
+    for _ in 0..total {
+        tick.tick().await;
+        let r = retrier.clone();
+        tasks.spawn(async move {
+            r.call(&Call::idempotent(), |_| async {
+                Err::<(), _>(Code::Unavailable)
+            })
+            .await
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        assert_eq!(done.unwrap(), Err(Code::Unavailable));
+    }
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn r5_budget_settles_at_10_percent_of_requests_at_1000_rps() {
+    let retrier = Retrier::new(RetryPolicy::default()); // 3 attempts: each call wants 2 retries
+    let budget = retrier.budget().clone(); // defaults: 10%, floor 10/s, 10 s window
+
+    // One simulated minute at 1,000 requests/s, every call failing; sampled every 10 s.
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut tick = tokio::time::interval(ms(1));
+    let mut last = retrier.stats();
+    for i in 1..=60_000u32 {
+        tick.tick().await;
+        let r = retrier.clone();
+        tasks.spawn(async move {
+            r.call(&Call::idempotent(), |_| async {
+                Err::<(), _>(Code::Unavailable)
+            })
+            .await
+        });
+        if i % 10_000 == 0 {
+            let now = retrier.stats();
+            let (calls, retries) = (now.calls - last.calls, now.retries - last.retries);
+            println!(
+                "r5 load: seconds {:>2}-{:>2}: {calls} requests, {retries} retries = {:.2}%",
+                i / 1000 - 10,
+                i / 1000,
+                100.0 * retries as f64 / calls as f64
+            );
+            last = now;
+        }
+    }
+    while let Some(done) = tasks.join_next().await {
+        assert_eq!(done.unwrap(), Err(Code::Unavailable));
+    }
+    let stats = retrier.stats();
+    let ratio = stats.retries as f64 / stats.calls as f64;
+    println!(
+        "r5 load: minute total: {} requests, {} retries = {:.2}% (budget refused {}, {} attempts)",
+        stats.calls,
+        stats.retries,
+        100.0 * ratio,
+        budget.refused(),
+        stats.attempts
+    );
+    assert_eq!(stats.calls, 60_000);
+    assert_eq!(stats.attempts, stats.calls + stats.retries);
+    assert!(
+        (0.08..=0.12).contains(&ratio),
+        "retries were {:.2}% of requests, want 10% ± 2 points",
+        100.0 * ratio
+    );
+    // Every call failed; those that were refused a retry are counted as budget give-ups.
+    assert_eq!(stats.budget, budget.refused());
+    assert_eq!(stats.budget + stats.exhausted, stats.calls);
+    assert!(stats.give_ups(GiveUp::Budget) > 50_000);
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn r5_quiet_client_still_gets_its_floor() {
+    // One failing call per second for a minute: 10% of 10 requests in the window is one retry,
+    // but the floor (10 retries/s) lets every call make both of its retries.
+    let retrier = Retrier::new(RetryPolicy::default());
+    drive(&retrier, Duration::from_secs(1), 60).await;
+    let stats = retrier.stats();
+    println!(
+        "r5 quiet: {} requests, {} retries, budget refused {}",
+        stats.calls,
+        stats.retries,
+        retrier.budget().refused()
+    );
+    assert_eq!((stats.calls, stats.retries, stats.attempts), (60, 120, 180));
+    assert_eq!(retrier.budget().refused(), 0);
+    assert_eq!(stats.exhausted, 60);
+
+    // Without the floor the same client could barely retry at all.
+    let no_floor = RetryBudget::builder().min_per_sec(0).build().unwrap();
+    let strict = Retrier::new(RetryPolicy::default()).with_budget(no_floor);
+    drive(&strict, Duration::from_secs(1), 60).await;
+    let stats = strict.stats();
+    println!(
+        "r5 quiet, no floor: {} requests, {} retries, budget refused {}",
+        stats.calls,
+        stats.retries,
+        strict.budget().refused()
+    );
+    assert!(stats.retries <= 6, "{} retries", stats.retries);
+    assert_eq!(stats.budget, 60); // every call ended on a refusal
+    assert_eq!(strict.budget().refused(), 60);
+}

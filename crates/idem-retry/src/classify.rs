@@ -186,15 +186,16 @@ impl Decision {
 ///    `UNAUTHENTICATED` are permanent, whatever the reason says.
 /// 2. A call that is neither idempotent nor keyed is never retried (S2).
 /// 3. `DEADLINE_EXCEEDED` is retried only within the call's deadline, whatever the reason.
-///    Reasons refine the other codes: `RATE_LIMITED` is handled as `RESOURCE_EXHAUSTED`, `STOCK_CONFLICT` as
-///    `ABORTED`, `UPSTREAM_UNAVAILABLE` and `UNKNOWN_OUTCOME` as `UNAVAILABLE`, and
-///    `REQUEST_IN_FLIGHT` (the server is still running the first attempt, SPEC E14) as a plain
-///    retry: resending the same key then gets the stored result. An unknown outcome
-///    (connection lost after send, S3) is retried only for an idempotent call or with the call's
-///    one key, which every attempt carries (R6).
-/// 4. `UNAVAILABLE`: backoff. `RESOURCE_EXHAUSTED`: the server's retry-after if it gave a non-zero
-///    one, else backoff — never at once. `ABORTED`: only after a refresh. `INTERNAL`/`UNKNOWN`: only if declared transient
-///    ([`Call::declare_transient`]) and the call is idempotent.
+///    Reasons refine the other codes: `RATE_LIMITED` is handled as `RESOURCE_EXHAUSTED`,
+///    `STOCK_CONFLICT` as `ABORTED`, `UPSTREAM_UNAVAILABLE` and `UNKNOWN_OUTCOME` as
+///    `UNAVAILABLE`, and `REQUEST_IN_FLIGHT` (the server is still running the first attempt,
+///    SPEC E14) as a plain retry: resending the same key then gets the stored result. An unknown
+///    outcome (connection lost after send, S3) is thus retried only for an idempotent call or
+///    with the call's one key, which every attempt carries (R6).
+/// 4. `UNAVAILABLE`: backoff. `RESOURCE_EXHAUSTED`: the server's retry-after if it gave a
+///    non-zero one, else backoff — never at once. `ABORTED`: only after a refresh.
+///    `INTERNAL`/`UNKNOWN`: only if declared transient ([`Call::declare_transient`]) and the call
+///    is idempotent.
 ///
 /// On any retryable failure, a server retry-after (pushback) overrides the backoff.
 ///

@@ -69,6 +69,13 @@ use crate::stats::{Counters, RetryStats};
 /// # }
 /// ```
 ///
+/// # Concurrent calls with the same key
+///
+/// The retrier does not coordinate calls: two tasks calling with the same [`Call`] both make their
+/// attempts. That is safe for keyed calls because the server deduplicates by key — the second
+/// caller's attempts join the first run or replay its stored result — and harmless for idempotent
+/// ones. Both calls count against the shared [`RetryBudget`].
+///
 /// # Cancellation safety
 ///
 /// Dropping the future of [`call`](Self::call) drops the attempt in progress (or the wait) and

@@ -1,1 +1,49 @@
-//! placeholder
+//! # idem: effectively-once writes for async Rust servers
+//!
+//! A client tags one business intent with one idempotency key and retries it with jittered
+//! backoff inside its deadline; the server runs the side effect once and replays the stored result
+//! to every duplicate. *Effectively-once* = at-least-once delivery + a stable key + server-side
+//! deduplication.
+//!
+//! This facade re-exports the parts, each behind a feature:
+//!
+//! | module | crate | feature | what |
+//! |---|---|---|---|
+//! | (root) | `idem-core` | always | keys, scopes, fingerprints, status codes, deadlines |
+//! | [`dedup`] | `idem-dedup` | `dedup` (default) | the sharded in-process deduplication engine |
+//! | [`retry`] | `idem-retry` | `retry` (default) | backoff, classification, retry budget, retrier |
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use idem::dedup::{Engine, OutcomeKind};
+//! use idem::{Fingerprint, IdempotencyKey, Scope};
+//!
+//! let engine = Engine::<u64>::builder().build()?;
+//! let key = IdempotencyKey::generate(); // once per business intent, reused by every retry
+//! let scope = Scope::new("tenant-0042", "/shop.v1.Shop/CreateOrder", &key)?;
+//! let fp = Fingerprint::of(br#"{"sku":"book-42","qty":1}"#);
+//!
+//! let first = engine.execute(&scope, fp, || async { Ok(1001) }).await?;
+//! let retry = engine.execute(&scope, fp, || async { Ok(1002) }).await?;
+//! assert_eq!(first.kind(), OutcomeKind::Executed);
+//! assert_eq!((retry.kind(), *retry.value()), (OutcomeKind::Replayed, 1001));
+//! # Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    rust_2018_idioms
+)]
+
+pub use idem_core::*;
+
+/// The deduplication engine (SPEC E1–E14); see [`idem_dedup`].
+#[cfg(feature = "dedup")]
+pub use idem_dedup as dedup;
+
+/// Backoff, classification, retry budget and the retrier (SPEC R1–R7); see [`idem_retry`].
+#[cfg(feature = "retry")]
+pub use idem_retry as retry;

@@ -40,7 +40,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|a| a.parse())
         .transpose()?
         .unwrap_or(1_000_000);
-    let engine = Engine::<u64>::builder().shards(2).max_entries(n + 1).build()?;
+    let engine = Engine::<u64>::builder()
+        .shards(2)
+        .max_entries(n + 1)
+        .build()?;
     // Scopes are made before the baseline, as a server's request would already hold them; the
     // engine shares the caller's scope allocation, and the measure counts it as the entry's.
     let fp = Fingerprint::of(b"body");
@@ -48,7 +51,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for i in 0..n as u64 {
         let key = IdempotencyKey::derive(&i.to_string(), "CreateOrder");
         let scope = Scope::new("tenant-0042", "/shop.v1.Shop/CreateOrder", &key)?;
-        engine.execute(&scope, fp, move || async move { Ok(i) }).await?;
+        engine
+            .execute(&scope, fp, move || async move { Ok(i) })
+            .await?;
     }
     while engine.stats().completed < n as u64 {
         tokio::task::yield_now().await;

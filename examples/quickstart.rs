@@ -35,13 +35,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // 1. Five concurrent duplicates (a user double-clicking, a gateway retrying).
     let calls = (0..5).map(|_| engine.execute(&scope, body, create_order("order-1001")));
-    for (i, out) in futures::future::join_all(calls).await.into_iter().enumerate() {
+    for (i, out) in futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .enumerate()
+    {
         let out = out?;
         println!("call {i}: {:<8} -> {}", out.kind().as_str(), out.value());
     }
 
     // 2. A late retry within the TTL: replayed, nothing runs.
-    let out = engine.execute(&scope, body, create_order("order-XXXX")).await?;
+    let out = engine
+        .execute(&scope, body, create_order("order-XXXX"))
+        .await?;
     println!("retry : {:<8} -> {}", out.kind().as_str(), out.value());
     assert_eq!(out.kind(), OutcomeKind::Replayed);
 
@@ -62,7 +68,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await
         .unwrap_err();
     println!("fail  : {} -> {}", err.code(), err);
-    let out = engine.execute(&flaky, body, create_order("order-1002")).await?;
+    let out = engine
+        .execute(&flaky, body, create_order("order-1002"))
+        .await?;
     println!("again : {:<8} -> {}", out.kind().as_str(), out.value());
 
     // 5. A bad key never reaches the engine: the error names the rule.
@@ -71,8 +79,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // 6. Expiry: after the TTL the scope executes again.
     tokio::time::sleep(Duration::from_millis(350)).await;
-    let out = engine.execute(&scope, body, create_order("order-1003")).await?;
-    println!("expiry: {:<8} -> {} (TTL passed)", out.kind().as_str(), out.value());
+    let out = engine
+        .execute(&scope, body, create_order("order-1003"))
+        .await?;
+    println!(
+        "expiry: {:<8} -> {} (TTL passed)",
+        out.kind().as_str(),
+        out.value()
+    );
 
     // 7. Stats, read without touching the shards' mailboxes.
     tokio::task::yield_now().await;

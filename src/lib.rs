@@ -47,3 +47,8 @@ pub use idem_dedup as dedup;
 /// Backoff, classification, retry budget and the retrier (SPEC R1–R7); see [`idem_retry`].
 #[cfg(feature = "retry")]
 pub use idem_retry as retry;
+
+/// The README's examples, compiled and run as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -15,6 +15,10 @@ use crate::message::{Msg, RunEnd};
 
 type Driven<Fut> = Timeout<CatchUnwind<AssertUnwindSafe<Fut>>>;
 
+/// What a driven action yields: its result, or a panic payload, or the lease's `Elapsed`.
+type DrivenOutput<V> =
+    Result<Result<Result<V, Status>, Box<dyn Any + Send>>, tokio::time::error::Elapsed>;
+
 /// The leader's run of one action.
 ///
 /// The leader polls the action inside its own call — no spawn, no extra task (a spawn per action
@@ -88,9 +92,7 @@ where
     }
 }
 
-fn to_end<V>(
-    out: Result<Result<Result<V, Status>, Box<dyn Any + Send>>, tokio::time::error::Elapsed>,
-) -> RunEnd<V> {
+fn to_end<V>(out: DrivenOutput<V>) -> RunEnd<V> {
     match out {
         Ok(Ok(result)) => RunEnd::Finished(result, tokio::time::Instant::now()),
         Ok(Err(panic)) => RunEnd::Panicked(panic_message(&*panic)),

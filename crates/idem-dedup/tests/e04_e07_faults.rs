@@ -248,7 +248,7 @@ async fn e6_lease_also_bounds_a_handed_off_run() {
         let (engine, s) = (engine.clone(), s.clone());
         tokio::spawn(async move {
             engine
-                .execute(&s, fp("a"), || std::future::pending::<Result<u32, _>>())
+                .execute(&s, fp("a"), std::future::pending::<Result<u32, _>>)
                 .await
         })
     };

@@ -74,7 +74,7 @@ async fn e8_current_thread_progress_while_a_slow_action_is_in_flight() {
             .unwrap();
         assert_eq!(out.kind(), OutcomeKind::Executed);
     }
-    let ticker = tokio::spawn(async { (0..100).fold(0, |a, b| a + b) });
+    let ticker = tokio::spawn(async { (0..100).sum::<i32>() });
     assert_eq!(ticker.await.unwrap(), 4950);
     assert!(!slow.is_finished());
     release.send(()).unwrap();

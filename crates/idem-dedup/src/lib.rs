@@ -103,6 +103,7 @@ mod error;
 mod message;
 pub mod metrics;
 mod outcome;
+pub mod remote;
 mod run;
 mod shard;
 mod stats;

@@ -17,7 +17,9 @@ use crate::entry::EntryInfo;
 use crate::message::{Msg, Reply, RunEnd};
 use crate::run::{panic_message, report, Run};
 use crate::shard::Shard;
-use crate::stats::{bump, ShardCounters, Stats};
+use crate::entry::State;
+use crate::shard::SharedTable;
+use crate::stats::{bump, ShardCounters, Stats, Striped};
 use crate::{DedupError, Outcome, OutcomeKind};
 
 /// State shared by handles and shard actors; none of it is the map.
@@ -26,12 +28,16 @@ pub(crate) struct Shared {
     /// In-flight + completed entries over all shards (SPEC E7).
     pub(crate) entries: AtomicUsize,
     pub(crate) shutting_down: AtomicBool,
+    /// Replays answered from the read path, without a message (summed into `stats().replayed`).
+    pub(crate) fast_replays: Striped,
     /// Signalled by shards when their last run ends during shutdown.
     pub(crate) idle: Notify,
 }
 
 struct Inner<V> {
     shards: Box<[mpsc::Sender<Msg<V>>]>,
+    /// Each shard's table, for lock-free-in-practice replays (`try_read`, never waits).
+    tables: Box<[SharedTable<V>]>,
     hasher: std::hash::RandomState,
     shared: Arc<Shared>,
     cfg: Arc<Config>,
@@ -132,18 +138,23 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             counters: (0..cfg.shards).map(|_| ShardCounters::default()).collect(),
             entries: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),
+            fast_replays: Striped::default(),
             idle: Notify::new(),
         });
-        let shards = (0..cfg.shards)
-            .map(|i| {
+        let tables: Box<[SharedTable<V>]> = (0..cfg.shards).map(|_| SharedTable::default()).collect();
+        let shards = tables
+            .iter()
+            .enumerate()
+            .map(|(i, table)| {
                 let (tx, rx) = mpsc::channel(cfg.mailbox_capacity);
-                handle.spawn(Shard::new(i, rx, cfg.clone(), shared.clone()).run());
+                handle.spawn(Shard::new(i, rx, table.clone(), cfg.clone(), shared.clone()).run());
                 tx
             })
             .collect();
         Engine {
             inner: Arc::new(Inner {
                 shards,
+                tables,
                 hasher: std::hash::RandomState::new(),
                 shared,
                 cfg,
@@ -218,6 +229,9 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         }
         let hash = inner.hasher.hash_one(scope.as_bytes());
         let index = shard_index(hash, inner.shards.len());
+        if let Some(out) = self.replay_fast(index, hash, scope, fingerprint) {
+            return Ok(out);
+        }
         let tx = &inner.shards[index];
         let (reply_tx, reply_rx) = oneshot::channel();
         let msg = Msg::Begin {
@@ -314,6 +328,36 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         }
     }
 
+    /// The read path: a stored success for this scope and fingerprint, read straight from the
+    /// shard's table without a message. Returns `None` (take the message path) when the table is
+    /// being written, or the scope is absent, in flight, failed, expired or conflicting — every
+    /// decision other than a plain replay stays with the actor.
+    fn replay_fast(
+        &self,
+        index: usize,
+        hash: u64,
+        scope: &Scope,
+        fingerprint: Fingerprint,
+    ) -> Option<Outcome<V>> {
+        let table = self.inner.tables[index].try_read()?;
+        let e = table.find(hash, |e| e.scope == *scope)?;
+        let State::Done {
+            result: Ok(v),
+            expires_at,
+            ..
+        } = &e.state
+        else {
+            return None;
+        };
+        if e.fingerprint != fingerprint || Instant::now() >= *expires_at {
+            return None;
+        }
+        let out = Outcome::new(v.clone(), OutcomeKind::Replayed, *expires_at);
+        drop(table);
+        self.inner.shared.fast_replays.add(1);
+        Some(out)
+    }
+
     /// Sends to a shard, waiting asynchronously while its mailbox is full (SPEC E8).
     async fn send(&self, index: usize, msg: Msg<V>) -> Result<(), DedupError> {
         let tx = &self.inner.shards[index];
@@ -361,7 +405,8 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
 
     /// Counts per shard and in total, read from atomics without a message (SPEC E9).
     pub fn stats(&self) -> Stats {
-        Stats::collect(&self.inner.shared.counters)
+        let shared = &self.inner.shared;
+        Stats::collect(&shared.counters, shared.fast_replays.sum())
     }
 
     /// The number of shards.

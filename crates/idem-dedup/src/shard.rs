@@ -3,6 +3,9 @@
 use std::future::poll_fn;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{RwLock, RwLockWriteGuard};
 
 use hashbrown::hash_table::{Entry as Slot, HashTable};
 use idem_core::{Fingerprint, Scope};
@@ -73,13 +76,22 @@ impl Gauges {
     }
 }
 
+/// A shard's table, shared for reading. Only the shard actor writes it; it takes the write lock for
+/// one synchronous batch at a time (never across an `.await`), and callers take `try_read` to
+/// replay a stored result without sending a message (see `Engine::call`).
+pub(crate) type SharedTable<V> = Arc<RwLock<HashTable<Entry<V>>>>;
+
 pub(crate) struct Shard<V> {
     index: usize,
     rx: mpsc::Receiver<Msg<V>>,
+    /// The table while the actor holds the write lock; empty otherwise (swapped in and out).
     table: HashTable<Entry<V>>,
+    published: SharedTable<V>,
     core: Core,
     /// Counter values last sent to the metrics facade (counters take increments).
     sent: Tally,
+    /// Read-path replays last sent to the metrics facade (shard 0 only).
+    fast_sent: u64,
     gauges: Gauges,
 }
 
@@ -87,6 +99,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
     pub(crate) fn new(
         index: usize,
         rx: mpsc::Receiver<Msg<V>>,
+        published: SharedTable<V>,
         cfg: Arc<Config>,
         shared: Arc<Shared>,
     ) -> Self {
@@ -94,6 +107,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
             index,
             rx,
             table: HashTable::new(),
+            published,
             core: Core {
                 wheel: DelayQueue::new(),
                 cfg,
@@ -102,6 +116,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                 tally: Tally::default(),
             },
             sent: Tally::default(),
+            fast_sent: 0,
             gauges: Gauges::new(index),
         }
     }
@@ -111,18 +126,28 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
     pub(crate) async fn run(mut self) {
         let batch = self.core.cfg.batch_size;
         let mut buf = Vec::with_capacity(batch);
+        let published = self.published.clone();
+        // Counters reach the metrics facade at least once a second even when only lock-free
+        // replays happen (those never wake the actor).
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 // Timers first, so expiry keeps up under load and memory stays bounded (SPEC Z3).
                 Some(expired) = poll_fn(|cx| self.core.wheel.poll_expired(cx)), if !self.core.wheel.is_empty() => {
                     let t = expired.into_inner();
+                    let mut guard = write_lock(&published).await;
+                    std::mem::swap(&mut self.table, &mut *guard);
                     self.on_timer(t.hash, t.token);
+                    std::mem::swap(&mut self.table, &mut *guard);
                 }
                 n = self.rx.recv_many(&mut buf, batch) => {
                     if n == 0 {
                         break;
                     }
                     let mut stop = false;
+                    let mut guard = write_lock(&published).await;
+                    std::mem::swap(&mut self.table, &mut *guard);
                     for msg in buf.drain(..) {
                         if stop {
                             // Messages behind Stop: answer what needs an answer.
@@ -133,14 +158,21 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                         }
                         stop = self.on_msg(msg);
                     }
+                    std::mem::swap(&mut self.table, &mut *guard);
+                    drop(guard);
                     if stop {
                         break;
                     }
                 }
+                _ = tick.tick() => {}
             }
             self.publish();
         }
+        let mut guard = write_lock(&published).await;
+        std::mem::swap(&mut self.table, &mut *guard);
         self.stop();
+        std::mem::swap(&mut self.table, &mut *guard);
+        drop(guard);
         self.publish();
     }
 
@@ -411,6 +443,14 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
             (t.lease_expired, &mut s.lease_expired),
             (t.abandoned, &mut s.abandoned),
         ];
+        if self.index == 0 {
+            // Replays taken on the read path are engine-wide; shard 0 reports them.
+            let fast = self.core.shared.fast_replays.sum();
+            if fast != self.fast_sent {
+                g.calls[2].increment(fast - self.fast_sent);
+                self.fast_sent = fast;
+            }
+        }
         for (i, (now, last)) in pairs.into_iter().enumerate() {
             if now != *last {
                 g.calls[i].increment(now - *last);
@@ -495,6 +535,20 @@ impl Core {
             }
             State::Done { .. } => self.tally.completed -= 1,
         }
+    }
+}
+
+/// Takes the table's write lock without ever blocking the thread: readers hold it for a few
+/// nanoseconds (one lookup and a clone), so spin briefly, then yield to the scheduler and retry.
+async fn write_lock<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    loop {
+        for _ in 0..64 {
+            if let Some(guard) = lock.try_write() {
+                return guard;
+            }
+            std::hint::spin_loop();
+        }
+        tokio::task::yield_now().await;
     }
 }
 

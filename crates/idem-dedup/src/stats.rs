@@ -26,6 +26,37 @@ pub(crate) struct ShardCounters {
     pub(crate) mailbox_full: AtomicU64,
 }
 
+/// A counter written from many threads: one padded slot per thread (modulo 16), summed on read,
+/// so concurrent increments never fight over one cache line.
+#[derive(Debug, Default)]
+pub(crate) struct Striped {
+    slots: [Padded; 16],
+}
+
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Padded(AtomicU64);
+
+thread_local! {
+    static SLOT: usize = next_slot();
+}
+
+fn next_slot() -> usize {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    NEXT.fetch_add(1, Relaxed) % 16
+}
+
+impl Striped {
+    pub(crate) fn add(&self, n: u64) {
+        let i = SLOT.with(|s| *s);
+        self.slots[i].0.fetch_add(n, Relaxed);
+    }
+
+    pub(crate) fn sum(&self) -> u64 {
+        self.slots.iter().map(|p| p.0.load(Relaxed)).sum()
+    }
+}
+
 pub(crate) fn bump(c: &AtomicU64) {
     c.fetch_add(1, Relaxed);
 }
@@ -93,7 +124,7 @@ impl Stats {
         self.in_flight + self.completed
     }
 
-    pub(crate) fn collect(shards: &[ShardCounters]) -> Stats {
+    pub(crate) fn collect(shards: &[ShardCounters], fast_replays: u64) -> Stats {
         let mut s = Stats {
             shards: Vec::with_capacity(shards.len()),
             ..Stats::default()
@@ -121,6 +152,7 @@ impl Stats {
             o.deadline_exceeded += c.deadline_exceeded.load(Relaxed);
             o.mailbox_full += c.mailbox_full.load(Relaxed);
         }
+        s.outcomes.replayed += fast_replays;
         s
     }
 }

@@ -14,10 +14,10 @@ use tokio::time::Instant;
 
 use crate::config::{Config, EngineBuilder};
 use crate::entry::EntryInfo;
+use crate::entry::State;
 use crate::message::{Msg, Reply, RunEnd};
 use crate::run::{panic_message, report, Run};
 use crate::shard::Shard;
-use crate::entry::State;
 use crate::shard::SharedTable;
 use crate::stats::{bump, ShardCounters, Stats, Striped};
 use crate::{DedupError, Outcome, OutcomeKind};
@@ -141,7 +141,8 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             fast_replays: Striped::default(),
             idle: Notify::new(),
         });
-        let tables: Box<[SharedTable<V>]> = (0..cfg.shards).map(|_| SharedTable::default()).collect();
+        let tables: Box<[SharedTable<V>]> =
+            (0..cfg.shards).map(|_| SharedTable::default()).collect();
         let shards = tables
             .iter()
             .enumerate()

@@ -4,20 +4,46 @@ use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::future::{CatchUnwind, FutureExt};
 use idem_core::Status;
 use tokio::sync::mpsc;
-use tokio::time::Timeout;
 
 use crate::message::{Msg, RunEnd};
 
-type Driven<Fut> = Timeout<CatchUnwind<AssertUnwindSafe<Fut>>>;
+/// What a driven action yields: its result or a panic payload; `None` when its lease ran out.
+type DrivenOutput<V> = Option<Result<Result<V, Status>, Box<dyn Any + Send>>>;
 
-/// What a driven action yields: its result, or a panic payload, or the lease's `Elapsed`.
-type DrivenOutput<V> =
-    Result<Result<Result<V, Status>, Box<dyn Any + Send>>, tokio::time::error::Elapsed>;
+/// An action under its in-flight lease (SPEC E6), with panics caught (SPEC E4).
+///
+/// The lease timer is armed lazily, on the first poll that finds the action pending: an action that
+/// completes at once (a cache hit, an in-memory write) never touches tokio's timer, whose
+/// registration is a measurable cost on the new-key path.
+struct Leased<Fut> {
+    fut: Pin<Box<CatchUnwind<AssertUnwindSafe<Fut>>>>,
+    lease: Duration,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<V, Fut: Future<Output = Result<V, Status>>> Future for Leased<Fut> {
+    type Output = DrivenOutput<V>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Poll::Ready(out) = self.fut.as_mut().poll(cx) {
+            return Poll::Ready(Some(out));
+        }
+        let lease = self.lease;
+        let sleep = self
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(lease)));
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
 
 /// The leader's run of one action.
 ///
@@ -27,7 +53,7 @@ type DrivenOutput<V> =
 /// and reports to the shard. Either way the action runs to completion exactly once and its result
 /// is stored (SPEC E5), unless its lease runs out first (SPEC E6).
 pub(crate) struct Run<V: Send + 'static, Fut: Future<Output = Result<V, Status>> + Send + 'static> {
-    fut: Option<Pin<Box<Driven<Fut>>>>,
+    fut: Option<Leased<Fut>>,
     tx: mpsc::Sender<Msg<V>>,
     hash: u64,
     token: u64,
@@ -47,9 +73,12 @@ where
         token: u64,
         handle: tokio::runtime::Handle,
     ) -> Self {
-        let driven = tokio::time::timeout(lease, AssertUnwindSafe(action).catch_unwind());
         Run {
-            fut: Some(Box::pin(driven)),
+            fut: Some(Leased {
+                fut: Box::pin(AssertUnwindSafe(action).catch_unwind()),
+                lease,
+                sleep: None,
+            }),
             tx,
             hash,
             token,
@@ -94,9 +123,9 @@ where
 
 fn to_end<V>(out: DrivenOutput<V>) -> RunEnd<V> {
     match out {
-        Ok(Ok(result)) => RunEnd::Finished(result, tokio::time::Instant::now()),
-        Ok(Err(panic)) => RunEnd::Panicked(panic_message(&*panic)),
-        Err(_elapsed) => RunEnd::LeaseExpired,
+        Some(Ok(result)) => RunEnd::Finished(result, tokio::time::Instant::now()),
+        Some(Err(panic)) => RunEnd::Panicked(panic_message(&*panic)),
+        None => RunEnd::LeaseExpired,
     }
 }
 

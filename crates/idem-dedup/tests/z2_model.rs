@@ -7,7 +7,9 @@
 //!   closure or inside the future), or stays pending on a oneshot gate;
 //! - resolve a pending run: complete, fail or panic it;
 //! - advance tokio's paused clock (results expire, leases run out);
-//! - forget a scope; look a scope up.
+//! - forget a scope; look a scope up;
+//! - drop a waiting call (its client left): a leader hands its run to a task that finishes it
+//!   (E5), a joined call just stops waiting.
 //!
 //! Each step runs against the engine and against [`Model`], a plain map of scope → in flight
 //! (fingerprint, waiters) or completed (fingerprint, value or cached error, expiry). After every
@@ -22,7 +24,7 @@
 
 mod common;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Once;
@@ -91,6 +93,11 @@ enum Op {
     Advance(u64),
     Forget(usize),
     Lookup(usize),
+    /// Drops waiting call number `pick % waiting` (a client gone or past its deadline): a leader
+    /// hands its run to a task, which finishes it (E5); a joined call just stops waiting.
+    Drop {
+        pick: usize,
+    },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -136,6 +143,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(Op::Advance),
         1 => scope.clone().prop_map(Op::Forget),
         1 => scope.prop_map(Op::Lookup),
+        1 => any::<usize>().prop_map(|pick| Op::Drop { pick }),
     ]
 }
 
@@ -251,6 +259,9 @@ struct Model {
     runs: Vec<PendingRun>,
     /// Calls that have finished by now and what they got.
     due: Vec<(u64, Got)>,
+    /// Calls dropped by their caller: they get nothing. A dropped joined call still counts in
+    /// `lookup`'s waiters until its run ends (the shard learns of it only then).
+    gone: HashSet<u64>,
     /// How many actions were called.
     ran: u64,
     counts: OutcomeCounts,
@@ -268,6 +279,13 @@ fn panic_message(call: u64) -> String {
 impl Model {
     fn at(&self, t: Duration) -> Instant {
         self.base + t
+    }
+
+    /// `call` returns `got` now, unless its caller dropped it.
+    fn answer(&mut self, call: u64, got: Got) {
+        if !self.gone.contains(&call) {
+            self.due.push((call, got));
+        }
     }
 
     fn entries(&self) -> usize {
@@ -333,7 +351,7 @@ impl Model {
                 return false;
             }
         };
-        self.due.push((call, got));
+        self.answer(call, got);
         false
     }
 
@@ -350,7 +368,7 @@ impl Model {
                 message: panic_message(call),
             }),
         };
-        self.due.push((call, leader));
+        self.answer(call, leader);
         let Some(s) = attached else { return };
         let waiters = match self.slots[s].take() {
             Some(Slot::InFlight { waiters, .. }) => waiters,
@@ -385,7 +403,7 @@ impl Model {
             }
         };
         for w in waiters {
-            self.due.push((w, joined.clone()));
+            self.answer(w, joined.clone());
         }
         if let Some((result, ttl)) = stored {
             self.slots[s] = Some(Slot::Done {
@@ -427,21 +445,25 @@ impl Model {
                 self.counts.lease_expired += 1;
                 if let Some(Slot::InFlight { waiters, .. }) = self.slots[run.scope].take() {
                     for w in waiters {
-                        self.due.push((w, Err(err.clone())));
+                        self.answer(w, Err(err.clone()));
                     }
                 }
             }
-            self.due.push((run.call, Err(err.clone())));
+            self.answer(run.call, Err(err.clone()));
         }
     }
 
     /// `forget(scope)`: returns whether there was an entry; its waiters get `Abandoned`.
+    ///
+    /// The engine counts no outcome for a forgotten run (not `abandoned`, although
+    /// `OutcomeCounts::abandoned` documents "or forgotten"), and nothing when that run ends later
+    /// (not `lease_expired` either). SPEC is silent on these counters; the model follows the engine.
     fn forget(&mut self, s: usize) -> bool {
         match self.slots[s].take() {
             None => false,
             Some(Slot::InFlight { waiters, .. }) => {
                 for w in waiters {
-                    self.due.push((w, Err(DedupError::Abandoned)));
+                    self.answer(w, Err(DedupError::Abandoned));
                 }
                 true
             }
@@ -547,6 +569,7 @@ impl World {
                 slots: [None, None, None],
                 runs: Vec::new(),
                 due: Vec::new(),
+                gone: HashSet::new(),
                 ran: 0,
                 counts: OutcomeCounts::default(),
                 base: Instant::now(),
@@ -577,6 +600,15 @@ impl World {
             Op::Forget(s) => {
                 let found = self.engine.forget(&self.scopes[s]).await.unwrap();
                 assert_eq!(found, self.model.forget(s), "forget({s})");
+            }
+            Op::Drop { pick } => {
+                let mut waiting: Vec<u64> = self.calls.keys().copied().collect();
+                if !waiting.is_empty() {
+                    waiting.sort_unstable();
+                    let call = waiting[pick % waiting.len()];
+                    self.calls.remove(&call).expect("a waiting call").abort();
+                    self.model.gone.insert(call);
+                }
             }
             Op::Lookup(s) => {
                 let info = self.engine.lookup(&self.scopes[s]).await.unwrap();

@@ -12,6 +12,7 @@
 //! | (root) | `idem-core` | always | keys, scopes, fingerprints, status codes, deadlines |
 //! | [`dedup`] | `idem-dedup` | `dedup` (default) | the sharded in-process deduplication engine |
 //! | [`retry`] | `idem-retry` | `retry` (default) | backoff, classification, retry budget, retrier |
+//! | `tower` | `idem-tower` | `tower` | tower layers for tonic/axum servers and clients |
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -47,6 +48,11 @@ pub use idem_dedup as dedup;
 /// Backoff, classification, retry budget and the retrier (SPEC R1–R7); see [`idem_retry`].
 #[cfg(feature = "retry")]
 pub use idem_retry as retry;
+
+/// Tower layers: server-side dedup for tonic and axum, client-side retries (SPEC T1–T3); see
+/// [`idem_tower`].
+#[cfg(feature = "tower")]
+pub use idem_tower as tower;
 
 /// The README's examples, compiled and run as doctests so they stay true.
 #[cfg(doctest)]

@@ -1,0 +1,150 @@
+//! The shop over HTTP (axum) behind the idem layer: `Idempotency-Key` on `POST`s (SPEC T2).
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /books/{sku}` | a book (read) |
+//! | `POST /orders` | form `intent_id=..&sku=..&quantity=..` → `201` + the order (write) |
+//! | `POST /stock/{sku}/deduct` | form `quantity=..&expected_version=..` → `200`; `409` + `idem-reason: STOCK_CONFLICT` on a stale version |
+
+use std::net::SocketAddr;
+
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use http::StatusCode;
+use idem_dedup::Engine;
+use idem_tower::{IdemLayer, StoredResponse};
+use tokio::net::TcpListener;
+
+use crate::auth::BearerTenantLayer;
+use crate::{pb, Shop};
+
+/// The router with [`BearerTenantLayer`] and `idem` in front of every route.
+pub fn router(shop: Shop, idem: IdemLayer) -> axum::Router {
+    axum::Router::new()
+        .route("/books/{sku}", get(get_book))
+        .route("/orders", post(create_order))
+        .route("/stock/{sku}/deduct", post(deduct_stock))
+        .with_state(shop)
+        .layer(
+            tower::ServiceBuilder::new()
+                .layer(BearerTenantLayer)
+                .layer(idem),
+        )
+}
+
+/// Serves the HTTP shop on `127.0.0.1:0` with the default idem layer (HTTP `POST` is a write).
+///
+/// # Errors
+///
+/// Binding the listener failed.
+pub async fn serve(shop: Shop, engine: Engine<StoredResponse>) -> std::io::Result<SocketAddr> {
+    serve_with(shop, IdemLayer::new(engine)).await
+}
+
+/// As [`serve`], with this idem layer.
+///
+/// # Errors
+///
+/// Binding the listener failed.
+pub async fn serve_with(shop: Shop, idem: IdemLayer) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let app = router(shop, idem);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok(addr)
+}
+
+fn form(body: &[u8], name: &str) -> Option<String> {
+    std::str::from_utf8(body).ok()?.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k == name).then(|| v.to_owned())
+    })
+}
+
+fn json(status: StatusCode, body: String) -> Response {
+    (
+        status,
+        [(http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}
+
+fn error(status: tonic::Status) -> Response {
+    let code = idem_core::Code::from_i32(status.code() as i32).unwrap_or(idem_core::Code::Unknown);
+    let http =
+        StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut r = json(
+        http,
+        format!(
+            "{{\"code\":\"{}\",\"detail\":\"{}\"}}",
+            code.as_str(),
+            status.message().replace('"', "'")
+        ),
+    );
+    if let Some(reason) = status.metadata().get("idem-reason") {
+        if let Ok(v) = http::HeaderValue::from_bytes(reason.as_encoded_bytes()) {
+            r.headers_mut().insert("idem-reason", v);
+        }
+    }
+    r
+}
+
+async fn get_book(State(shop): State<Shop>, Path(sku): Path<String>) -> Response {
+    match shop.book(&sku) {
+        Ok(b) => json(
+            StatusCode::OK,
+            format!(
+                "{{\"sku\":\"{}\",\"title\":\"{}\",\"price_cents\":{},\"stock\":{},\"stock_version\":{}}}",
+                b.sku, b.title, b.price_cents, b.stock, b.stock_version
+            ),
+        ),
+        Err(e) => error(e),
+    }
+}
+
+async fn create_order(State(shop): State<Shop>, body: Bytes) -> Response {
+    let req = pb::CreateOrderRequest {
+        intent_id: form(&body, "intent_id").unwrap_or_default(),
+        sku: form(&body, "sku").unwrap_or_default(),
+        quantity: form(&body, "quantity")
+            .and_then(|q| q.parse().ok())
+            .unwrap_or(0),
+    };
+    match shop.create_order(req).await {
+        Ok(o) => json(
+            StatusCode::CREATED,
+            format!(
+                "{{\"order_id\":{},\"intent_id\":\"{}\",\"sku\":\"{}\",\"quantity\":{}}}",
+                o.order_id, o.intent_id, o.sku, o.quantity
+            ),
+        ),
+        Err(e) => error(e),
+    }
+}
+
+async fn deduct_stock(State(shop): State<Shop>, Path(sku): Path<String>, body: Bytes) -> Response {
+    let req = pb::DeductStockRequest {
+        sku,
+        quantity: form(&body, "quantity")
+            .and_then(|q| q.parse().ok())
+            .unwrap_or(0),
+        expected_version: form(&body, "expected_version")
+            .and_then(|q| q.parse().ok())
+            .unwrap_or(0),
+    };
+    match shop.deduct_stock(&req) {
+        Ok(s) => json(
+            StatusCode::OK,
+            format!(
+                "{{\"sku\":\"{}\",\"stock\":{},\"version\":{}}}",
+                s.sku, s.stock, s.version
+            ),
+        ),
+        Err(e) => error(e),
+    }
+}

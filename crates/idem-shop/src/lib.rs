@@ -1,0 +1,39 @@
+//! # idem-shop: the shop behind idem's examples, demo and chaos test (not published)
+//!
+//! * [`pb`]: the generated protobuf and tonic code of `proto/shop.proto` (`build.rs` compiles it
+//!   with `protox`, pure Rust, so nothing but cargo is needed).
+//! * [`Shop`]: GetBook (read), CreateOrder and DeductStock (writes; stock is versioned and a stale
+//!   version gets `ABORTED` / `STOCK_CONFLICT`). It counts orders per business intent, which is
+//!   what the demo and the Z1 test check.
+//! * [`grpc`]: starts the shop as a tonic server behind [`idem_tower::IdemLayer`] on a loopback
+//!   port; [`http`]: the same shop over axum.
+//! * [`faults`]: a server-side layer answering `UNAVAILABLE` or `RESOURCE_EXHAUSTED` with pushback;
+//!   [`proxy`]: a TCP proxy that drops connections before or after a request is sent and slows
+//!   answers past the deadline.
+//! * [`metrics`]: a Prometheus `/metrics` endpoint and a scraper.
+//! * [`auth`]: a toy authentication layer that puts a [`Tenant`](idem_tower::Tenant) in the
+//!   request's extensions (SPEC T1a).
+#![forbid(unsafe_code)]
+#![warn(missing_debug_implementations, rust_2018_idioms)]
+
+pub mod auth;
+pub mod faults;
+pub mod grpc;
+pub mod http;
+pub mod metrics;
+pub mod proxy;
+mod rng;
+mod shop;
+
+pub use shop::{status_with_reason, Shop};
+
+/// The generated protobuf messages and tonic client and server (`shop.v1`).
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod pb {
+    tonic::include_proto!("shop.v1");
+}
+
+/// The shop's write methods (gRPC paths).
+pub const WRITES: [&str; 2] = ["/shop.v1.Shop/CreateOrder", "/shop.v1.Shop/DeductStock"];
+/// The CreateOrder path.
+pub const CREATE_ORDER: &str = "/shop.v1.Shop/CreateOrder";

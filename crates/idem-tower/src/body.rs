@@ -1,0 +1,102 @@
+//! Bodies: a whole response held in memory (data + trailers), and the body types of the layers.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::HeaderMap;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::{Either, Full};
+
+/// A body held in memory: one data frame, then the trailers, if any. Replays, errors made by the
+/// layers and the client layer's buffered responses use it.
+///
+/// ```
+/// use http_body_util::BodyExt;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let mut trailers = http::HeaderMap::new();
+/// trailers.insert("grpc-status", "0".parse().unwrap());
+/// let body = idem_tower::ReplayBody::new(bytes::Bytes::from_static(b"hello"), Some(trailers));
+/// let collected = body.collect().await.unwrap();
+/// assert_eq!(collected.trailers().unwrap()["grpc-status"], "0");
+/// assert_eq!(collected.to_bytes(), "hello");
+/// # }
+/// ```
+#[derive(Debug, Default, Clone)]
+pub struct ReplayBody {
+    data: Option<Bytes>,
+    trailers: Option<HeaderMap>,
+}
+
+impl ReplayBody {
+    /// A body of `data` followed by `trailers`.
+    pub fn new(data: Bytes, trailers: Option<HeaderMap>) -> Self {
+        ReplayBody {
+            data: (!data.is_empty()).then_some(data),
+            trailers,
+        }
+    }
+
+    /// An empty body without trailers.
+    pub fn empty() -> Self {
+        ReplayBody::default()
+    }
+}
+
+impl Body for ReplayBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = self.get_mut();
+        if let Some(data) = this.data.take() {
+            return Poll::Ready(Some(Ok(Frame::data(data))));
+        }
+        Poll::Ready(this.trailers.take().map(|t| Ok(Frame::trailers(t))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.data.is_none() && self.trailers.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.data.as_ref().map_or(0, |d| d.len() as u64))
+    }
+}
+
+/// The body the server layer hands its inner service: the original (streaming) body of a request
+/// that is not a write, or the buffered body of a write (fingerprinted before it ran).
+pub type RequestBody<B> = Either<B, Full<Bytes>>;
+
+/// The body of the server layer's responses: the inner service's own body for requests that are not
+/// writes, or a [`ReplayBody`] for writes (stored, replayed, or an error the layer made).
+pub type ResponseBody<B> = Either<B, ReplayBody>;
+
+/// A request body the client layer can rebuild for each attempt from the bytes it buffered once.
+///
+/// ```
+/// use idem_tower::ResendableBody;
+/// let body = <http_body_util::Full<bytes::Bytes> as ResendableBody>::from_bytes("qty=1".into());
+/// # let _ = body;
+/// ```
+pub trait ResendableBody: Body<Data = Bytes> + Sized {
+    /// A body of exactly these bytes.
+    fn from_bytes(bytes: Bytes) -> Self;
+}
+
+impl ResendableBody for Full<Bytes> {
+    fn from_bytes(bytes: Bytes) -> Self {
+        Full::new(bytes)
+    }
+}
+
+impl ResendableBody for tonic::body::Body {
+    fn from_bytes(bytes: Bytes) -> Self {
+        tonic::body::Body::new(Full::new(bytes))
+    }
+}

@@ -1,0 +1,335 @@
+//! The client side: one key per logical write, retries by idem-retry (SPEC T3, R1–R6).
+
+mod layer;
+pub(crate) mod stats;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response};
+use http_body::Body;
+use http_body_util::BodyExt;
+use idem_core::{Code, Deadline, IdempotencyKey, Reason, Status};
+use idem_retry::{Attempt, Call, Classify};
+use tower::{Service, ServiceExt};
+
+pub use layer::{MissingKey, RetryLayer, RetryLayerBuilder, DEFAULT_CALL_TIMEOUT};
+pub use stats::{ClientStats, Failure};
+
+use crate::body::{ReplayBody, ResendableBody};
+use crate::protocol::response_status;
+use crate::{
+    format_grpc_timeout, headers, key_from_headers, parse_grpc_timeout, BoxError, Protocol,
+};
+
+/// The service made by [`RetryLayer`]: sends one logical call as one or more attempts (SPEC T3).
+///
+/// For each call:
+/// 1. A write ([`Writes`](crate::Writes)) without a key gets one ([`IdempotencyKey::generate`]),
+///    made once; a write with a key keeps it. Every attempt carries that same key (SPEC R6). A
+///    write whose key is refused locally, or that has none under [`MissingKey::SendOnce`], is
+///    sent once and never retried (SPEC S2). Other calls are retried as idempotent reads.
+/// 2. The call's deadline is the request's `grpc-timeout`, else the layer's call timeout. Each
+///    gRPC attempt carries `grpc-timeout` (what is left, or the attempt timeout if shorter) and,
+///    from the second on, `grpc-previous-rpc-attempts` (SPEC R6).
+/// 3. The request body is buffered once and resent on each attempt; each response is buffered
+///    whole, so its `grpc-status` trailer can be read (meant for unary calls).
+/// 4. After a failure — a gRPC status, an HTTP status, a transport error (an unknown outcome,
+///    SPEC S3) or the attempt timing out — the [`Retrier`](idem_retry::Retrier) decides (R2, R3,
+///    R5): pushback (`grpc-retry-pushback-ms`, `Retry-After`) replaces the backoff, the shared
+///    budget can refuse.
+///
+/// The caller gets the last attempt's response (its own `grpc-status`), or the transport error.
+/// A gRPC attempt that timed out with no time left becomes a `DEADLINE_EXCEEDED` status. The
+/// response carries a [`CallReport`] extension.
+///
+/// # Cancellation safety
+///
+/// Dropping the future abandons the call after the attempt in flight. A write may have run on the
+/// server: call again with the same key (take it from the request's key header, or set one
+/// yourself) and the server's dedup replays it.
+#[derive(Debug, Clone)]
+pub struct RetryService<S> {
+    inner: S,
+    layer: RetryLayer,
+}
+
+impl<S> RetryService<S> {
+    pub(crate) fn new(inner: S, layer: RetryLayer) -> Self {
+        RetryService { inner, layer }
+    }
+
+    /// Counters shared with the layer and its other services.
+    pub fn stats(&self) -> ClientStats {
+        self.layer.stats()
+    }
+}
+
+/// Put in the extensions of every response the client layer returns: how the call went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallReport {
+    /// Attempts made, first included.
+    pub attempts: u32,
+    /// The key every attempt carried, if the call was keyed.
+    pub key: Option<IdempotencyKey>,
+}
+
+/// The error of a call whose last HTTP attempt timed out (gRPC calls get a `DEADLINE_EXCEEDED`
+/// response instead).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptTimedOut {
+    /// How long the attempt was given.
+    pub after: Duration,
+}
+
+impl fmt::Display for AttemptTimedOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "attempt timed out after {} ms", self.after.as_millis())
+    }
+}
+
+impl std::error::Error for AttemptTimedOut {}
+
+/// The future of [`RetryService`].
+pub type RetryFuture = Pin<Box<dyn Future<Output = Result<Response<ReplayBody>, BoxError>> + Send>>;
+
+impl<S, B, ResB> Service<Request<B>> for RetryService<S>
+where
+    S: Service<Request<B>, Response = Response<ResB>> + Clone + Send + Sync + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: ResendableBody + Send + 'static,
+    B::Error: Into<BoxError>,
+    ResB: Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+{
+    type Response = Response<ReplayBody>;
+    type Error = BoxError;
+    type Future = RetryFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        // Each attempt drives a clone of the inner service to readiness (`oneshot`).
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let inner = self.inner.clone();
+        let layer = self.layer.clone();
+        Box::pin(call(inner, layer, req))
+    }
+}
+
+/// One attempt's failure, as the retrier classifies it.
+struct AttemptError {
+    status: Status,
+    kind: Failure,
+    outcome: Failed,
+}
+
+enum Failed {
+    Response(Box<Response<ReplayBody>>),
+    Transport(BoxError),
+    Timeout(Duration),
+}
+
+impl Classify for AttemptError {
+    fn code(&self) -> Code {
+        self.status.code()
+    }
+    fn reason(&self) -> Option<&Reason> {
+        self.status.reason()
+    }
+    fn retry_after(&self) -> Option<Duration> {
+        self.status.retry_after()
+    }
+}
+
+async fn call<S, B, ResB>(
+    inner: S,
+    layer: RetryLayer,
+    req: Request<B>,
+) -> Result<Response<ReplayBody>, BoxError>
+where
+    S: Service<Request<B>, Response = Response<ResB>> + Clone + Send + Sync + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: ResendableBody + Send + 'static,
+    B::Error: Into<BoxError>,
+    ResB: Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+{
+    let cfg = &layer.cfg;
+    let protocol = Protocol::of(req.headers());
+    let (mut parts, body) = req.into_parts();
+    let bytes = body.collect().await.map_err(Into::into)?.to_bytes();
+
+    let budget = parts
+        .headers
+        .get(headers::GRPC_TIMEOUT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_grpc_timeout)
+        .unwrap_or(cfg.call_timeout);
+    let deadline = Deadline::after(budget);
+    let key_header = match protocol {
+        Protocol::Grpc => cfg.grpc_key.clone(),
+        Protocol::Http => cfg.http_key.clone(),
+    };
+    let call = if cfg
+        .writes
+        .is_write(&parts.method, parts.uri.path(), protocol)
+    {
+        match key_from_headers(&parts.headers, &key_header) {
+            Ok(Some(key)) => Call::keyed(key),
+            Ok(None) if cfg.missing_key == MissingKey::Generate => {
+                layer.counters.key_generated();
+                Call::keyed(IdempotencyKey::generate())
+            }
+            // No key, or one the server will refuse: at most once (SPEC S2).
+            Ok(None) | Err(_) => Call::non_idempotent(),
+        }
+    } else {
+        Call::idempotent()
+    }
+    .with_deadline(deadline);
+    if let Some(key) = call.key() {
+        parts.headers.remove(&key_header);
+        let value = match protocol {
+            Protocol::Grpc => key.as_str().to_owned(),
+            Protocol::Http => format!("\"{}\"", key.as_str()), // RFC 8941 sf-string
+        };
+        parts
+            .headers
+            .insert(&key_header, HeaderValue::from_str(&value)?);
+    }
+
+    let last_failure = AtomicUsize::new(usize::MAX);
+    let attempts = AtomicUsize::new(0);
+    let attempt_timeout = cfg.attempt_timeout;
+    let result = layer
+        .retrier
+        .call(&call, |attempt: Attempt| {
+            attempts.fetch_add(1, Relaxed);
+            if attempt.is_retry() {
+                let why = Failure::ALL
+                    .get(last_failure.load(Relaxed))
+                    .copied()
+                    .unwrap_or(Failure::Other);
+                layer.counters.retry(why);
+            }
+            let time =
+                attempt_timeout.map_or(deadline.remaining(), |t| t.min(deadline.remaining()));
+            let mut req = Request::from_parts(parts.clone(), B::from_bytes(bytes.clone()));
+            if protocol == Protocol::Grpc {
+                let h = req.headers_mut();
+                if let Ok(v) = HeaderValue::from_str(&format_grpc_timeout(time)) {
+                    h.insert(headers::GRPC_TIMEOUT, v);
+                }
+                if attempt.is_retry() {
+                    h.insert(
+                        headers::GRPC_PREVIOUS_ATTEMPTS,
+                        HeaderValue::from(attempt.previous_attempts()),
+                    );
+                }
+            }
+            let svc = inner.clone();
+            let last_failure = &last_failure;
+            async move {
+                let r = one_attempt(svc, req, protocol, time).await;
+                if let Err(e) = &r {
+                    last_failure.store(e.kind.index(), Relaxed);
+                }
+                r
+            }
+        })
+        .await;
+    let report = CallReport {
+        attempts: u32::try_from(attempts.load(Relaxed)).unwrap_or(u32::MAX),
+        key: call.key().cloned(),
+    };
+    let mut response = match result {
+        Ok(r) => r,
+        Err(AttemptError {
+            outcome, status, ..
+        }) => match outcome {
+            Failed::Response(r) => *r,
+            Failed::Transport(e) => return Err(e),
+            Failed::Timeout(after) => match protocol {
+                Protocol::Grpc => crate::reject::render(protocol, &status, None),
+                Protocol::Http => return Err(Box::new(AttemptTimedOut { after })),
+            },
+        },
+    };
+    response.extensions_mut().insert(report);
+    Ok(response)
+}
+
+async fn one_attempt<S, B, ResB>(
+    svc: S,
+    req: Request<B>,
+    protocol: Protocol,
+    time: Duration,
+) -> Result<Response<ReplayBody>, AttemptError>
+where
+    S: Service<Request<B>, Response = Response<ResB>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    ResB: Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+{
+    let exchange = async {
+        let response = svc.oneshot(req).await.map_err(transport)?;
+        let (parts, body) = response.into_parts();
+        let collected = body.collect().await.map_err(transport)?;
+        let trailers = collected.trailers().cloned();
+        Ok::<_, AttemptError>((parts, collected.to_bytes(), trailers))
+    };
+    let (parts, bytes, trailers) = match tokio::time::timeout(time, exchange).await {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(AttemptError {
+                status: Status::new(
+                    Code::DeadlineExceeded,
+                    format!(
+                        "attempt timed out after {} ms (client deadline)",
+                        time.as_millis()
+                    ),
+                ),
+                kind: Failure::Timeout,
+                outcome: Failed::Timeout(time),
+            })
+        }
+    };
+    let status = response_status(
+        protocol,
+        parts.status.as_u16(),
+        &parts.headers,
+        trailers.as_ref(),
+    );
+    let response = Response::from_parts(parts, ReplayBody::new(bytes, trailers));
+    if status.code() == Code::Ok {
+        Ok(response)
+    } else {
+        Err(AttemptError {
+            kind: Failure::from_code(status.code()),
+            status,
+            outcome: Failed::Response(Box::new(response)),
+        })
+    }
+}
+
+/// A transport error: the request may or may not have reached the server (SPEC S3), so it is
+/// `UNAVAILABLE` with reason `UNKNOWN_OUTCOME` — retried only for keyed or idempotent calls.
+fn transport<E: Into<BoxError>>(e: E) -> AttemptError {
+    let e: BoxError = e.into();
+    AttemptError {
+        status: Status::new(Code::Unavailable, format!("transport error: {e}"))
+            .with_reason(Reason::UNKNOWN_OUTCOME),
+        kind: Failure::Transport,
+        outcome: Failed::Transport(e),
+    }
+}

@@ -1,0 +1,41 @@
+//! Header names idem reads and writes, in one place.
+//!
+//! | name | direction | meaning | SPEC |
+//! |---|---|---|---|
+//! | [`GRPC_KEY`] `x-idempotency-key` | request | the key on gRPC routes | T1 |
+//! | [`HTTP_KEY`] `idempotency-key` | request | the key on HTTP routes (sf-string or token) | T1, T2 |
+//! | [`TENANT`] `x-tenant-id` | request | the tenant, **only** when opted in ([`TenantSource::Header`](crate::TenantSource::Header)) | T1a |
+//! | [`REPLAYED`] `idempotent-replayed` | response | `true` on a joined or replayed result | T1 |
+//! | [`EXPIRES_AT`] `idempotent-expires-at` | response | HTTP-date when the stored result expires | T1 |
+//! | [`REASON`] `idem-reason` | response | machine-readable reason of an error (`ENGINE_FULL`, ...) | R2 |
+//! | [`GRPC_PUSHBACK_MS`] `grpc-retry-pushback-ms` | response | gRPC retry-after in milliseconds (gRFC A6) | R2 |
+//! | [`RETRY_AFTER`] `retry-after` | response | HTTP retry-after in seconds | R2 |
+//! | [`GRPC_PREVIOUS_ATTEMPTS`] `grpc-previous-rpc-attempts` | request | attempts made before this one | R6 |
+//! | [`GRPC_TIMEOUT`] `grpc-timeout` | request | the call's remaining deadline | T3 |
+
+use http::HeaderName;
+
+/// The idempotency-key header on gRPC routes: `x-idempotency-key`.
+pub const GRPC_KEY: HeaderName = HeaderName::from_static("x-idempotency-key");
+/// The idempotency-key header on HTTP routes: `idempotency-key` (the IETF draft's name;
+/// header names are case-insensitive, so `Idempotency-Key` is the same header).
+pub const HTTP_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+/// The conventional tenant header, read only when opted in: `x-tenant-id`.
+pub const TENANT: HeaderName = HeaderName::from_static("x-tenant-id");
+/// Marks a response that was not produced by this request's own run: `idempotent-replayed: true`.
+pub const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+/// When the stored result expires, as an HTTP-date: `idempotent-expires-at`.
+pub const EXPIRES_AT: HeaderName = HeaderName::from_static("idempotent-expires-at");
+/// The machine-readable reason of an error (`STOCK_CONFLICT`, `ENGINE_FULL`, ...): `idem-reason`.
+pub const REASON: HeaderName = HeaderName::from_static("idem-reason");
+/// gRPC's server pushback, in milliseconds: `grpc-retry-pushback-ms`.
+pub const GRPC_PUSHBACK_MS: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
+/// HTTP's retry-after, in seconds (or an HTTP-date): `retry-after`.
+pub const RETRY_AFTER: HeaderName = http::header::RETRY_AFTER;
+/// Attempts made before this one: `grpc-previous-rpc-attempts`.
+pub const GRPC_PREVIOUS_ATTEMPTS: HeaderName =
+    HeaderName::from_static("grpc-previous-rpc-attempts");
+/// The call's remaining time budget: `grpc-timeout`.
+pub const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
+/// gRPC's status code: `grpc-status` (in trailers, or in headers for trailers-only responses).
+pub const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");

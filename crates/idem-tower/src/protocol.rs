@@ -1,0 +1,200 @@
+//! gRPC or plain HTTP: how a request is recognised and how its outcome is read.
+
+use std::time::{Duration, SystemTime};
+
+use http::HeaderMap;
+use idem_core::{Code, Reason, Status};
+
+use crate::headers;
+
+/// Which wire protocol a request speaks. Decided by its `content-type`: `application/grpc` (with
+/// any `+proto`/`+json` suffix) is gRPC, anything else is HTTP.
+///
+/// ```
+/// use idem_tower::Protocol;
+/// let mut h = http::HeaderMap::new();
+/// h.insert("content-type", "application/grpc+proto".parse().unwrap());
+/// assert_eq!(Protocol::of(&h), Protocol::Grpc);
+/// h.insert("content-type", "application/json".parse().unwrap());
+/// assert_eq!(Protocol::of(&h), Protocol::Http);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// gRPC over HTTP/2: errors are `grpc-status` trailers.
+    Grpc,
+    /// Plain HTTP: errors are HTTP statuses with a `application/problem+json` body.
+    Http,
+}
+
+impl Protocol {
+    /// The protocol of a request with these headers.
+    pub fn of(headers: &HeaderMap) -> Protocol {
+        match headers.get(http::header::CONTENT_TYPE) {
+            Some(ct) if ct.as_bytes().starts_with(b"application/grpc") => Protocol::Grpc,
+            _ => Protocol::Http,
+        }
+    }
+}
+
+/// The gRPC status code of a response: `grpc-status` in the trailers, or in the headers of a
+/// trailers-only response. A response with neither is `UNKNOWN` (as gRPC clients treat it).
+pub(crate) fn grpc_code(headers: &HeaderMap, trailers: Option<&HeaderMap>) -> Code {
+    let raw = trailers
+        .and_then(|t| t.get(headers::GRPC_STATUS))
+        .or_else(|| headers.get(headers::GRPC_STATUS));
+    raw.and_then(|v| v.to_str().ok())
+        .and_then(|s| s.parse::<i32>().ok())
+        .and_then(Code::from_i32)
+        .unwrap_or(Code::Unknown)
+}
+
+/// The code an HTTP status stands for, the inverse of [`Code::http_status`] where it is one to one.
+/// 2xx is `OK`; other 4xx are `INVALID_ARGUMENT` (permanent); other 5xx are `INTERNAL`.
+///
+/// ```
+/// use idem_core::Code;
+/// use idem_tower::code_from_http;
+/// assert_eq!(code_from_http(201), Code::Ok);
+/// assert_eq!(code_from_http(409), Code::Aborted);
+/// assert_eq!(code_from_http(422), Code::FailedPrecondition);
+/// assert_eq!(code_from_http(429), Code::ResourceExhausted);
+/// assert_eq!(code_from_http(503), Code::Unavailable);
+/// ```
+pub fn code_from_http(status: u16) -> Code {
+    match status {
+        200..=299 => Code::Ok,
+        400 | 413 => Code::InvalidArgument,
+        401 => Code::Unauthenticated,
+        403 => Code::PermissionDenied,
+        404 => Code::NotFound,
+        408 | 504 => Code::DeadlineExceeded,
+        409 => Code::Aborted,
+        412 | 422 => Code::FailedPrecondition,
+        429 => Code::ResourceExhausted,
+        499 => Code::Cancelled,
+        501 => Code::Unimplemented,
+        502 | 503 => Code::Unavailable,
+        400..=499 => Code::InvalidArgument,
+        _ => Code::Internal,
+    }
+}
+
+/// Reads a response's outcome as a [`Status`]: code, reason (`idem-reason`), message
+/// (`grpc-message`) and retry-after (`grpc-retry-pushback-ms` or `Retry-After`).
+pub(crate) fn response_status(
+    protocol: Protocol,
+    http_status: u16,
+    headers: &HeaderMap,
+    trailers: Option<&HeaderMap>,
+) -> Status {
+    let get = |name: &http::HeaderName| {
+        trailers
+            .and_then(|t| t.get(name))
+            .or_else(|| headers.get(name))
+            .and_then(|v| v.to_str().ok())
+    };
+    let (code, message) = match protocol {
+        Protocol::Grpc if http_status == 200 => {
+            let code = grpc_code(headers, trailers);
+            let message = trailers
+                .and_then(tonic::Status::from_header_map)
+                .or_else(|| tonic::Status::from_header_map(headers))
+                .map(|s| s.message().to_owned())
+                .unwrap_or_default();
+            (code, message)
+        }
+        // A gRPC call answered with a non-200 HTTP status (a proxy, say): map it as gRPC does.
+        Protocol::Grpc => (
+            grpc_code_from_http(http_status),
+            format!("HTTP {http_status}"),
+        ),
+        Protocol::Http => (code_from_http(http_status), format!("HTTP {http_status}")),
+    };
+    let mut status = Status::new(code, message);
+    if let Some(r) = get(&headers::REASON) {
+        status = status.with_reason(Reason::new(r.to_owned()));
+    }
+    let pushback = match protocol {
+        Protocol::Grpc => get(&headers::GRPC_PUSHBACK_MS)
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_millis),
+        Protocol::Http => get(&headers::RETRY_AFTER).and_then(parse_retry_after),
+    };
+    if let Some(after) = pushback {
+        status = status.with_retry_after(after);
+    }
+    status
+}
+
+/// gRPC's mapping of HTTP statuses seen instead of a gRPC response.
+fn grpc_code_from_http(status: u16) -> Code {
+    match status {
+        400 => Code::Internal,
+        401 => Code::Unauthenticated,
+        403 => Code::PermissionDenied,
+        404 => Code::Unimplemented,
+        429 | 502 | 503 | 504 => Code::Unavailable,
+        _ => Code::Unknown,
+    }
+}
+
+/// `Retry-After`: delay-seconds or an HTTP-date.
+fn parse_retry_after(v: &str) -> Option<Duration> {
+    let v = v.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    Some(
+        at.duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
+/// Parses `grpc-timeout` (`1-8 digits` + `H`, `M`, `S`, `m`, `u` or `n`).
+///
+/// ```
+/// use idem_tower::{format_grpc_timeout, parse_grpc_timeout};
+/// use std::time::Duration;
+/// assert_eq!(parse_grpc_timeout("250m"), Some(Duration::from_millis(250)));
+/// assert_eq!(parse_grpc_timeout("2S"), Some(Duration::from_secs(2)));
+/// assert_eq!(parse_grpc_timeout("2x"), None);
+/// assert_eq!(parse_grpc_timeout(&format_grpc_timeout(Duration::from_millis(1500))), Some(Duration::from_millis(1500)));
+/// ```
+pub fn parse_grpc_timeout(v: &str) -> Option<Duration> {
+    let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// Formats a duration as `grpc-timeout` (at most 8 digits, the finest unit that fits; rounded up
+/// so a deadline is never shortened to zero).
+pub fn format_grpc_timeout(d: Duration) -> String {
+    const MAX: u128 = 99_999_999;
+    let nanos = d.as_nanos().max(1);
+    for (unit, per) in [
+        ("n", 1u128),
+        ("u", 1_000),
+        ("m", 1_000_000),
+        ("S", 1_000_000_000),
+        ("M", 60_000_000_000),
+        ("H", 3_600_000_000_000),
+    ] {
+        let v = nanos.div_ceil(per);
+        if v <= MAX {
+            return format!("{v}{unit}");
+        }
+    }
+    format!("{MAX}H")
+}

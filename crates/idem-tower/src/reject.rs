@@ -1,0 +1,117 @@
+//! Errors the server layer answers itself, as gRPC statuses or HTTP problem+json (SPEC T2).
+
+use http::{HeaderValue, Response, StatusCode};
+use idem_core::{Code, Status};
+
+use crate::body::ReplayBody;
+use crate::{headers, Protocol};
+
+/// Renders `status` for `protocol`.
+///
+/// gRPC: a trailers-only response (`grpc-status`, `grpc-message` naming the rule, `idem-reason`,
+/// `grpc-retry-pushback-ms`). HTTP: `http` (or the code's HTTP status), `Retry-After` in whole
+/// seconds rounded up, `idem-reason`, and an RFC 9457 `application/problem+json` body.
+pub(crate) fn render(
+    protocol: Protocol,
+    status: &Status,
+    http: Option<StatusCode>,
+) -> Response<ReplayBody> {
+    match protocol {
+        Protocol::Grpc => grpc(status),
+        Protocol::Http => problem(status, http),
+    }
+}
+
+fn grpc(status: &Status) -> Response<ReplayBody> {
+    let mut md = tonic::metadata::MetadataMap::new();
+    if let Some(reason) = status.reason() {
+        if let Ok(v) = reason.as_str().parse() {
+            md.insert("idem-reason", v);
+        }
+    }
+    if let Some(after) = status.retry_after() {
+        if let Ok(v) = after.as_millis().to_string().parse() {
+            md.insert("grpc-retry-pushback-ms", v);
+        }
+    }
+    let code = tonic::Code::from_i32(status.code().as_i32());
+    let mut r = tonic::Status::with_metadata(code, status.message(), md).into_http::<ReplayBody>();
+    r.extensions_mut().clear();
+    r
+}
+
+fn problem(status: &Status, http: Option<StatusCode>) -> Response<ReplayBody> {
+    let code = status.code();
+    let http = http
+        .or_else(|| StatusCode::from_u16(code.http_status()).ok())
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let kind = status
+        .reason()
+        .map(|r| r.as_str().to_ascii_lowercase().replace('_', "-"))
+        .unwrap_or_else(|| code.as_str().to_ascii_lowercase().replace('_', "-"));
+    let mut body = String::with_capacity(160 + status.message().len());
+    body.push_str("{\"type\":\"urn:idem:problem:");
+    body.push_str(&kind);
+    body.push_str("\",\"title\":\"");
+    escape(&mut body, http.canonical_reason().unwrap_or("Error"));
+    body.push_str("\",\"status\":");
+    body.push_str(http.as_str());
+    body.push_str(",\"detail\":\"");
+    escape(&mut body, status.message());
+    body.push_str("\",\"code\":\"");
+    body.push_str(code.as_str());
+    body.push('"');
+    if let Some(reason) = status.reason() {
+        body.push_str(",\"reason\":\"");
+        escape(&mut body, reason.as_str());
+        body.push('"');
+    }
+    body.push('}');
+
+    let mut r = Response::new(ReplayBody::new(body.into(), None));
+    *r.status_mut() = http;
+    let h = r.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    if let Some(reason) = status.reason() {
+        if let Ok(v) = HeaderValue::from_str(reason.as_str()) {
+            h.insert(headers::REASON, v);
+        }
+    }
+    if let Some(after) = status.retry_after() {
+        let secs = after.as_millis().div_ceil(1000).max(1);
+        h.insert(headers::RETRY_AFTER, HeaderValue::from(secs as u64));
+    }
+    r
+}
+
+/// JSON string escaping (RFC 8259 §7).
+fn escape(out: &mut String, s: &str) {
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+}
+
+/// The status of a request refused for its size; never retried (INVALID_ARGUMENT), 413 on HTTP.
+pub(crate) fn too_large(limit: usize) -> (Status, Option<StatusCode>) {
+    (
+        Status::new(
+            Code::InvalidArgument,
+            format!(
+                "request body is over the limit of {limit} bytes (T2): refused without buffering"
+            ),
+        )
+        .with_reason(idem_core::Reason::new("REQUEST_TOO_LARGE")),
+        Some(StatusCode::PAYLOAD_TOO_LARGE),
+    )
+}

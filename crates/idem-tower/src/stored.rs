@@ -1,0 +1,156 @@
+//! A whole response as the engine stores it: status, headers, body and trailers (SPEC T1).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Response, StatusCode, Version};
+
+use crate::body::ReplayBody;
+use crate::headers;
+
+/// A response stored by the server layer, shared (not copied) by every replay (SPEC E11).
+///
+/// It keeps what a client can observe: the HTTP status, the headers, the body bytes and the
+/// trailers — gRPC's `grpc-status` lives in the trailers, or in the headers of a trailers-only
+/// response. A replay rebuilds the same response, byte for byte, and adds
+/// `idempotent-replayed: true` and `idempotent-expires-at`.
+///
+/// ```
+/// use idem_tower::StoredResponse;
+/// let stored = StoredResponse::new(http::StatusCode::CREATED, http::HeaderMap::new(), "order-1".into(), None);
+/// let replay = stored.to_response();
+/// assert_eq!(replay.status(), 201);
+/// assert_eq!(stored.body(), "order-1");
+/// ```
+#[derive(Clone)]
+pub struct StoredResponse(Arc<Inner>);
+
+struct Inner {
+    status: StatusCode,
+    version: Version,
+    headers: HeaderMap,
+    body: Bytes,
+    trailers: Option<HeaderMap>,
+}
+
+impl StoredResponse {
+    /// A stored response.
+    pub fn new(
+        status: StatusCode,
+        headers: HeaderMap,
+        body: Bytes,
+        trailers: Option<HeaderMap>,
+    ) -> Self {
+        StoredResponse(Arc::new(Inner {
+            status,
+            version: Version::default(),
+            headers,
+            body,
+            trailers,
+        }))
+    }
+
+    pub(crate) fn from_parts(
+        parts: http::response::Parts,
+        body: Bytes,
+        trailers: Option<HeaderMap>,
+    ) -> Self {
+        StoredResponse(Arc::new(Inner {
+            status: parts.status,
+            version: parts.version,
+            headers: parts.headers,
+            body,
+            trailers,
+        }))
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.0.status
+    }
+
+    /// The headers, as the inner service sent them.
+    pub fn headers(&self) -> &HeaderMap {
+        &self.0.headers
+    }
+
+    /// The body bytes.
+    pub fn body(&self) -> &Bytes {
+        &self.0.body
+    }
+
+    /// The trailers, if the response had any.
+    pub fn trailers(&self) -> Option<&HeaderMap> {
+        self.0.trailers.as_ref()
+    }
+
+    /// Bytes held: body, header and trailer names and values (what a stored entry costs beyond the
+    /// engine's own per-entry bytes).
+    pub fn size(&self) -> usize {
+        let h = |m: &HeaderMap| {
+            m.iter()
+                .map(|(k, v)| k.as_str().len() + v.len())
+                .sum::<usize>()
+        };
+        self.0.body.len() + h(&self.0.headers) + self.0.trailers.as_ref().map_or(0, h)
+    }
+
+    /// The response, exactly as stored.
+    pub fn to_response(&self) -> Response<ReplayBody> {
+        let mut r = Response::new(ReplayBody::new(
+            self.0.body.clone(),
+            self.0.trailers.clone(),
+        ));
+        *r.status_mut() = self.0.status;
+        *r.version_mut() = self.0.version;
+        *r.headers_mut() = self.0.headers.clone();
+        r
+    }
+
+    /// The response with the layer's marks: `idempotent-expires-at`, and
+    /// `idempotent-replayed: true` when `replayed`.
+    pub(crate) fn to_marked_response(
+        &self,
+        replayed: bool,
+        expires_at: Option<SystemTime>,
+    ) -> Response<ReplayBody> {
+        let mut r = self.to_response();
+        let h = r.headers_mut();
+        if replayed {
+            h.insert(headers::REPLAYED, HeaderValue::from_static("true"));
+        }
+        if let Some(at) = expires_at {
+            if let Ok(v) = HeaderValue::from_str(&httpdate::fmt_http_date(at)) {
+                h.insert(headers::EXPIRES_AT, v);
+            }
+        }
+        r
+    }
+}
+
+impl fmt::Debug for StoredResponse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoredResponse")
+            .field("status", &self.0.status)
+            .field("headers", &self.0.headers)
+            .field("body_len", &self.0.body.len())
+            .field("trailers", &self.0.trailers)
+            .finish()
+    }
+}
+
+/// Carries a failed response through the engine's error path (a [`Status`](idem_core::Status)
+/// source), so the leader and joined waiters answer with the inner service's own response, not a
+/// made-up one.
+#[derive(Debug)]
+pub(crate) struct FailedResponse(pub(crate) StoredResponse);
+
+impl fmt::Display for FailedResponse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "inner service answered HTTP {}", self.0.status())
+    }
+}
+
+impl std::error::Error for FailedResponse {}

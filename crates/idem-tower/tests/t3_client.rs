@@ -1,0 +1,296 @@
+//! T3, R6, S2: the client layer against a scripted server that fails in each way in turn —
+//! transport error, UNAVAILABLE, RESOURCE_EXHAUSTED with pushback, an answer slower than the
+//! attempt timeout — on tokio's paused clock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response};
+use http_body_util::{BodyExt, Full};
+use idem_retry::{FixedRandom, RetryBudget, RetryPolicy};
+use idem_tower::{
+    parse_grpc_timeout, BoxError, CallReport, Failure, MissingKey, ReplayBody, RetryLayer, Writes,
+};
+use parking_lot_free::Log;
+use tower::{Layer, ServiceExt};
+
+mod parking_lot_free {
+    use http::HeaderMap;
+    use std::sync::Mutex;
+    /// Headers of every attempt the scripted server saw.
+    #[derive(Default)]
+    pub struct Log(Mutex<Vec<HeaderMap>>);
+    impl Log {
+        pub fn push(&self, h: HeaderMap) -> usize {
+            let mut v = self.0.lock().unwrap();
+            v.push(h);
+            v.len()
+        }
+        pub fn all(&self) -> Vec<HeaderMap> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Step {
+    Reset,
+    Grpc(i32, Option<u64>),
+    Slow,
+    Ok,
+    Http(u16, Option<u64>),
+}
+
+fn grpc_response(code: i32, pushback_ms: Option<u64>) -> Response<ReplayBody> {
+    let mut r = Response::new(ReplayBody::empty());
+    let h = r.headers_mut();
+    h.insert("content-type", "application/grpc".parse().unwrap());
+    h.insert("grpc-status", code.to_string().parse().unwrap());
+    if let Some(ms) = pushback_ms {
+        h.insert("grpc-retry-pushback-ms", ms.to_string().parse().unwrap());
+    }
+    r
+}
+
+fn scripted(
+    steps: Vec<Step>,
+    log: Arc<Log>,
+) -> impl tower::Service<
+    Request<Full<Bytes>>,
+    Response = Response<ReplayBody>,
+    Error = BoxError,
+    Future = impl Send,
+> + Clone
+       + Send
+       + Sync
+       + 'static {
+    let steps = Arc::new(steps);
+    tower::service_fn(move |req: Request<Full<Bytes>>| {
+        let n = log.push(req.headers().clone());
+        let step = steps[(n - 1).min(steps.len() - 1)];
+        async move {
+            match step {
+                Step::Reset => Err::<_, BoxError>(Box::new(std::io::Error::from(
+                    std::io::ErrorKind::ConnectionReset,
+                ))),
+                Step::Grpc(code, pushback) => Ok(grpc_response(code, pushback)),
+                Step::Slow => {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    Ok(grpc_response(0, None))
+                }
+                Step::Ok => {
+                    let mut trailers = HeaderMap::new();
+                    trailers.insert("grpc-status", "0".parse().unwrap());
+                    let mut r = Response::new(ReplayBody::new(
+                        Bytes::from_static(b"\0\0\0\0\x02ok"),
+                        Some(trailers),
+                    ));
+                    r.headers_mut()
+                        .insert("content-type", "application/grpc".parse().unwrap());
+                    Ok(r)
+                }
+                Step::Http(status, retry_after) => {
+                    let mut r = Response::new(ReplayBody::new(Bytes::from_static(b"{}"), None));
+                    *r.status_mut() = http::StatusCode::from_u16(status).unwrap();
+                    if let Some(s) = retry_after {
+                        r.headers_mut()
+                            .insert("retry-after", s.to_string().parse().unwrap());
+                    }
+                    Ok(r)
+                }
+            }
+        }
+    })
+}
+
+fn layer(max_attempts: u32) -> RetryLayer {
+    RetryLayer::builder()
+        .policy(
+            RetryPolicy::builder()
+                .max_attempts(max_attempts)
+                .random_source(FixedRandom::new(0.5))
+                .build()
+                .unwrap(),
+        )
+        .budget(RetryBudget::builder().ratio(1.0).build().unwrap())
+        .writes(Writes::paths(["/shop.v1.Shop/CreateOrder"]))
+        .call_timeout(Duration::from_secs(5))
+        .attempt_timeout(Duration::from_millis(200))
+        .build()
+}
+
+fn grpc_request(path: &str) -> Request<Full<Bytes>> {
+    Request::post(format!("http://shop{path}"))
+        .header("content-type", "application/grpc")
+        .body(Full::new(Bytes::from_static(b"\0\0\0\0\x03abc")))
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn t3_client_retries_every_failure_kind_with_one_key_r6() {
+    let log = Arc::new(Log::default());
+    let steps = vec![
+        Step::Reset,
+        Step::Grpc(14, None),
+        Step::Grpc(8, Some(7)),
+        Step::Slow,
+        Step::Ok,
+    ];
+    let layer = layer(6);
+    let svc = layer.layer(scripted(steps, log.clone()));
+    let resp = svc
+        .oneshot(grpc_request("/shop.v1.Shop/CreateOrder"))
+        .await
+        .unwrap();
+    let report = resp.extensions().get::<CallReport>().cloned().unwrap();
+    let (_, body) = resp.into_parts();
+    let collected = body.collect().await.unwrap();
+    assert_eq!(collected.trailers().unwrap()["grpc-status"], "0");
+    assert_eq!(report.attempts, 5);
+
+    let seen = log.all();
+    assert_eq!(seen.len(), 5);
+    let key = report.key.unwrap();
+    for (i, h) in seen.iter().enumerate() {
+        assert_eq!(
+            h["x-idempotency-key"],
+            key.as_str(),
+            "attempt {} has the same key",
+            i + 1
+        );
+        let budget = parse_grpc_timeout(h["grpc-timeout"].to_str().unwrap()).unwrap();
+        assert!(
+            budget <= Duration::from_millis(200),
+            "attempt {}: {budget:?}",
+            i + 1
+        );
+        match i {
+            0 => assert!(h.get("grpc-previous-rpc-attempts").is_none()),
+            _ => assert_eq!(h["grpc-previous-rpc-attempts"], i.to_string().as_str()),
+        }
+    }
+    let stats = layer.stats();
+    assert_eq!(stats.keys_generated, 1);
+    assert_eq!(stats.retrier.attempts, 5);
+    for (f, n) in [
+        (Failure::Transport, 1),
+        (Failure::Unavailable, 1),
+        (Failure::ResourceExhausted, 1),
+        (Failure::Timeout, 1),
+        (Failure::Other, 0),
+    ] {
+        assert_eq!(stats.retries(f), n, "{f:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn t3_client_keeps_the_callers_key() {
+    let log = Arc::new(Log::default());
+    let svc = layer(3).layer(scripted(vec![Step::Grpc(14, None), Step::Ok], log.clone()));
+    let mut req = grpc_request("/shop.v1.Shop/CreateOrder");
+    req.headers_mut()
+        .insert("x-idempotency-key", "intent-0042-create".parse().unwrap());
+    svc.oneshot(req).await.unwrap();
+    let seen = log.all();
+    assert_eq!(seen.len(), 2);
+    assert!(seen
+        .iter()
+        .all(|h| h["x-idempotency-key"] == "intent-0042-create"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn t3_client_never_retries_a_write_without_key_s2() {
+    let log = Arc::new(Log::default());
+    let layer = RetryLayer::builder()
+        .writes(Writes::paths(["/shop.v1.Shop/CreateOrder"]))
+        .missing_key(MissingKey::SendOnce)
+        .build();
+    let svc = layer.layer(scripted(vec![Step::Grpc(14, None), Step::Ok], log.clone()));
+    let resp = svc
+        .oneshot(grpc_request("/shop.v1.Shop/CreateOrder"))
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["grpc-status"], "14");
+    assert_eq!(log.all().len(), 1);
+    assert!(log.all()[0].get("x-idempotency-key").is_none());
+
+    // A transport error on it is returned as the error, after one attempt.
+    let log = Arc::new(Log::default());
+    let svc = layer.layer(scripted(vec![Step::Reset, Step::Ok], log.clone()));
+    assert!(svc
+        .oneshot(grpc_request("/shop.v1.Shop/CreateOrder"))
+        .await
+        .is_err());
+    assert_eq!(log.all().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn t3_client_permanent_failure_is_returned_at_once() {
+    let log = Arc::new(Log::default());
+    let svc = layer(5).layer(scripted(vec![Step::Grpc(3, None), Step::Ok], log.clone()));
+    let resp = svc
+        .oneshot(grpc_request("/shop.v1.Shop/CreateOrder"))
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["grpc-status"], "3");
+    assert_eq!(log.all().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn t3_client_reads_get_no_key_and_are_retried() {
+    let log = Arc::new(Log::default());
+    let svc = layer(3).layer(scripted(vec![Step::Grpc(14, None), Step::Ok], log.clone()));
+    svc.oneshot(grpc_request("/shop.v1.Shop/GetBook"))
+        .await
+        .unwrap();
+    let seen = log.all();
+    assert_eq!(seen.len(), 2);
+    assert!(seen.iter().all(|h| h.get("x-idempotency-key").is_none()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn t3_client_last_attempt_timing_out_is_deadline_exceeded() {
+    let log = Arc::new(Log::default());
+    let svc = layer(2).layer(scripted(vec![Step::Slow], log.clone()));
+    let resp = svc
+        .oneshot(grpc_request("/shop.v1.Shop/CreateOrder"))
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["grpc-status"], "4");
+    assert_eq!(log.all().len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn t3_client_http_statuses_and_retry_after() {
+    let log = Arc::new(Log::default());
+    let layer = RetryLayer::builder()
+        .policy(RetryPolicy::builder().max_attempts(4).build().unwrap())
+        .build(); // HTTP POST is a write by default
+    let svc = layer.layer(scripted(
+        vec![
+            Step::Http(503, None),
+            Step::Http(429, Some(1)),
+            Step::Http(201, None),
+        ],
+        log.clone(),
+    ));
+    let start = tokio::time::Instant::now();
+    let req = Request::post("http://shop/orders")
+        .body(Full::new(Bytes::from_static(b"sku=book-42")))
+        .unwrap();
+    let resp = svc.oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), 201);
+    // The 429's Retry-After (1 s) replaced the backoff: virtual time, no wall clock.
+    assert!(start.elapsed() >= Duration::from_secs(1));
+    let seen = log.all();
+    assert_eq!(seen.len(), 3);
+    let key = seen[0]["idempotency-key"].to_str().unwrap().to_owned();
+    assert!(
+        key.starts_with('"') && key.ends_with('"'),
+        "sent as an sf-string: {key}"
+    );
+    assert!(seen.iter().all(|h| h["idempotency-key"] == key.as_str()));
+    assert_eq!(layer.stats().retries(Failure::Unavailable), 1);
+    assert_eq!(layer.stats().retries(Failure::ResourceExhausted), 1);
+}

@@ -20,6 +20,7 @@ use crate::run::{panic_message, report, Run};
 use crate::shard::Shard;
 use crate::shard::SharedTable;
 use crate::stats::{bump, ShardCounters, Stats, Striped};
+use crate::wheel::Clock;
 use crate::{DedupError, Outcome, OutcomeKind};
 
 /// State shared by handles and shard actors; none of it is the map.
@@ -30,6 +31,8 @@ pub(crate) struct Shared {
     pub(crate) shutting_down: AtomicBool,
     /// Replays answered from the read path, without a message (summed into `stats().replayed`).
     pub(crate) fast_replays: Striped,
+    /// The time base of every shard's expiries.
+    pub(crate) clock: Clock,
     /// Signalled by shards when their last run ends during shutdown.
     pub(crate) idle: Notify,
 }
@@ -139,8 +142,10 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             entries: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),
             fast_replays: Striped::default(),
+            clock: Clock::new(),
             idle: Notify::new(),
         });
+        let hasher = std::hash::RandomState::new();
         let tables: Box<[SharedTable<V>]> =
             (0..cfg.shards).map(|_| SharedTable::default()).collect();
         let shards = tables
@@ -148,7 +153,15 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             .enumerate()
             .map(|(i, table)| {
                 let (tx, rx) = mpsc::channel(cfg.mailbox_capacity);
-                handle.spawn(Shard::new(i, rx, table.clone(), cfg.clone(), shared.clone()).run());
+                let shard = Shard::new(
+                    i,
+                    rx,
+                    table.clone(),
+                    cfg.clone(),
+                    shared.clone(),
+                    hasher.clone(),
+                );
+                handle.spawn(shard.run());
                 tx
             })
             .collect();
@@ -156,7 +169,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             inner: Arc::new(Inner {
                 shards,
                 tables,
-                hasher: std::hash::RandomState::new(),
+                hasher,
                 shared,
                 cfg,
                 handle,
@@ -344,16 +357,16 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         let e = table.find(hash, |e| e.scope == *scope)?;
         let State::Done {
             result: Ok(v),
-            expires_at,
-            ..
+            expires,
         } = &e.state
         else {
             return None;
         };
-        if e.fingerprint != fingerprint || Instant::now() >= *expires_at {
+        let clock = &self.inner.shared.clock;
+        if e.fingerprint != fingerprint || clock.now() >= *expires {
             return None;
         }
-        let out = Outcome::new(v.clone(), OutcomeKind::Replayed, *expires_at);
+        let out = Outcome::new(v.clone(), OutcomeKind::Replayed, clock.instant(*expires));
         drop(table);
         self.inner.shared.fast_replays.add(1);
         Some(out)

@@ -5,35 +5,36 @@ use std::time::Duration;
 
 use idem_core::{Code, Fingerprint, Scope, Status};
 use tokio::sync::oneshot;
-use tokio::time::Instant;
-use tokio_util::time::delay_queue;
 
 use crate::message::Reply;
+use crate::wheel::Nanos;
 
 /// One scope's record in a shard's map: in flight (with its waiters) or completed (with its result).
+///
+/// Kept small, since a completed entry lives for the whole TTL: no stored hash (the table rehashes
+/// from the scope when it grows), no timer handle (the wheel holds `(hash, token)` instead), the
+/// expiry as 8 bytes of [`Nanos`], and the in-flight part boxed.
 pub(crate) struct Entry<V> {
-    /// The scope's keyed hash, computed once by the caller and reused by the shard's table.
-    pub(crate) hash: u64,
     /// Identifies this run; a `Complete` or timer for an older run of the same scope is ignored.
     pub(crate) token: u64,
     pub(crate) scope: Scope,
     pub(crate) fingerprint: Fingerprint,
-    /// The lease timer while in flight, the TTL timer once completed.
-    pub(crate) timer: delay_queue::Key,
     pub(crate) state: State<V>,
 }
 
 pub(crate) enum State<V> {
-    InFlight {
-        started: Instant,
-        waiters: Vec<oneshot::Sender<Reply<V>>>,
-    },
+    InFlight(Box<InFlight<V>>),
     Done {
         /// Failures are boxed behind an `Arc` so a stored success costs only `V`.
         result: Result<V, Arc<Status>>,
-        completed: Instant,
-        expires_at: Instant,
+        /// Exact expiry: completion + TTL (or the failure TTL).
+        expires: Nanos,
     },
+}
+
+pub(crate) struct InFlight<V> {
+    pub(crate) started: Nanos,
+    pub(crate) waiters: Vec<oneshot::Sender<Reply<V>>>,
 }
 
 /// What an operator sees when looking a scope up (SPEC E13).
@@ -62,27 +63,33 @@ pub enum EntryState {
 }
 
 impl<V> Entry<V> {
-    pub(crate) fn info(&self, now: Instant) -> EntryInfo {
+    /// Whether a stored result has passed its exact expiry at `now`.
+    pub(crate) fn is_expired(&self, now: Nanos) -> bool {
+        matches!(&self.state, State::Done { expires, .. } if now >= *expires)
+    }
+
+    pub(crate) fn info(&self, now: Nanos, ttl: Duration, failure_ttl: Duration) -> EntryInfo {
+        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         match &self.state {
-            State::InFlight { started, waiters } => EntryInfo {
+            State::InFlight(f) => EntryInfo {
                 state: EntryState::InFlight {
-                    waiters: waiters.len(),
+                    waiters: f.waiters.len(),
                 },
-                age: now.saturating_duration_since(*started),
+                age: Duration::from_nanos(now.saturating_sub(f.started)),
                 expires_in: None,
             },
-            State::Done {
-                result,
-                completed,
-                expires_at,
-            } => EntryInfo {
-                state: match result {
-                    Ok(_) => EntryState::Completed,
-                    Err(s) => EntryState::CachedFailure(s.code()),
-                },
-                age: now.saturating_duration_since(*completed),
-                expires_in: Some(expires_at.saturating_duration_since(now)),
-            },
+            State::Done { result, expires } => {
+                let (state, ttl) = match result {
+                    Ok(_) => (EntryState::Completed, ttl),
+                    Err(s) => (EntryState::CachedFailure(s.code()), failure_ttl),
+                };
+                let completed = expires.saturating_sub(nanos(ttl));
+                EntryInfo {
+                    state,
+                    age: Duration::from_nanos(now.saturating_sub(completed)),
+                    expires_in: Some(Duration::from_nanos(expires.saturating_sub(now))),
+                }
+            }
         }
     }
 }

@@ -42,7 +42,7 @@
 //! A scope is hashed once (SipHash with a random key per process: clients choose keys, so the hash
 //! must not be predictable) and the hash picks one of N shards. Each shard is **one tokio task that
 //! alone owns** a `hashbrown` table of entries (in flight with their waiters, or completed with
-//! their result) and a timer wheel (`tokio_util::time::DelayQueue`) of leases and expiries.
+//! their result) and an ordered timer queue of leases and expiries (one `tokio` sleep per shard).
 //! Callers reach it through a bounded mailbox that the shard drains in batches; a full mailbox
 //! makes callers wait asynchronously. No map is shared, no lock is held across an `.await`, and no
 //! executor thread ever blocks (`std::thread::sleep` and blocking receives are banned by the
@@ -107,6 +107,8 @@ pub mod remote;
 mod run;
 mod shard;
 mod stats;
+mod tally;
+mod wheel;
 
 pub use config::{ConfigError, EngineBuilder, InFlightPolicy};
 pub use engine::{Engine, ShutdownReport};

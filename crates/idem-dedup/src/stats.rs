@@ -89,7 +89,8 @@ pub struct OutcomeCounts {
     pub overloaded: u64,
     /// Calls refused because the scope was in flight under `Reject` (E14).
     pub rejected_in_flight: u64,
-    /// Runs cancelled by the in-flight lease (E6).
+    /// Runs cancelled by the in-flight lease (E6). A run forgotten before its lease ran out was
+    /// already counted as abandoned and is not counted again.
     pub lease_expired: u64,
     /// Runs that ended without a result (leader dropped before starting, or forgotten).
     pub abandoned: u64,

@@ -462,6 +462,8 @@ impl Model {
         match self.slots[s].take() {
             None => false,
             Some(Slot::InFlight { waiters, .. }) => {
+                // A forgotten run counts as abandoned (`OutcomeCounts::abandoned`).
+                self.counts.abandoned += 1;
                 for w in waiters {
                     self.answer(w, Err(DedupError::Abandoned));
                 }

@@ -145,7 +145,6 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             clock: Clock::new(),
             idle: Notify::new(),
         });
-        let hasher = std::hash::RandomState::new();
         let tables: Box<[SharedTable<V>]> =
             (0..cfg.shards).map(|_| SharedTable::default()).collect();
         let shards = tables
@@ -153,14 +152,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             .enumerate()
             .map(|(i, table)| {
                 let (tx, rx) = mpsc::channel(cfg.mailbox_capacity);
-                let shard = Shard::new(
-                    i,
-                    rx,
-                    table.clone(),
-                    cfg.clone(),
-                    shared.clone(),
-                    hasher.clone(),
-                );
+                let shard = Shard::new(i, rx, table.clone(), cfg.clone(), shared.clone());
                 handle.spawn(shard.run());
                 tx
             })
@@ -169,7 +161,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             inner: Arc::new(Inner {
                 shards,
                 tables,
-                hasher,
+                hasher: std::hash::RandomState::new(),
                 shared,
                 cfg,
                 handle,

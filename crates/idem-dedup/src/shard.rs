@@ -1,6 +1,5 @@
 //! The shard actor: the only code that writes a shard's map and timer wheel (SPEC E8).
 
-use std::hash::BuildHasher;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,8 +40,6 @@ struct Core {
     clock: Clock,
     cfg: Arc<Config>,
     shared: Arc<Shared>,
-    /// Rehashes entries when the table grows (entries do not store their hash).
-    hasher: std::hash::RandomState,
     next_token: u64,
     tally: Tally,
 }
@@ -54,7 +51,6 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         published: SharedTable<V>,
         cfg: Arc<Config>,
         shared: Arc<Shared>,
-        hasher: std::hash::RandomState,
     ) -> Self {
         let clock = shared.clock;
         Shard {
@@ -67,7 +63,6 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                 clock,
                 cfg,
                 shared,
-                hasher,
                 next_token: 0,
                 tally: Tally::default(),
             },
@@ -177,12 +172,9 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         fingerprint: Fingerprint,
         reply: oneshot::Sender<Reply<V>>,
     ) {
-        let hasher = &self.core.hasher;
-        let slot = self.table.entry(
-            hash,
-            |e| e.scope == scope,
-            |e: &Entry<V>| hasher.hash_one(e.scope.as_bytes()),
-        );
+        let slot = self
+            .table
+            .entry(hash, |e| e.scope == scope, |e: &Entry<V>| e.hash);
         let mut occ = match slot {
             Slot::Vacant(vacant) => {
                 self.core
@@ -431,6 +423,7 @@ impl Core {
             token,
         );
         vacant.insert(Entry {
+            hash,
             token,
             scope,
             fingerprint,

@@ -148,3 +148,48 @@ async fn deduct_stock(State(shop): State<Shop>, Path(sku): Path<String>, body: B
         Err(e) => error(e),
     }
 }
+
+/// What [`post_form`] got back.
+#[derive(Debug)]
+pub struct Reply {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// The headers.
+    pub headers: http::HeaderMap,
+    /// The body as text.
+    pub body: String,
+}
+
+/// `POST http://{addr}{path}` with a form body, an optional `Idempotency-Key` and a bearer tenant
+/// (HTTP/1.1, hyper's client), for the examples.
+///
+/// # Errors
+///
+/// Connection or HTTP errors.
+pub async fn post_form(
+    addr: SocketAddr,
+    path: &str,
+    key: Option<&str>,
+    tenant: &str,
+    body: &str,
+) -> Result<Reply, Box<dyn std::error::Error + Send + Sync>> {
+    use http_body_util::{BodyExt, Full};
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Full<Bytes>>();
+    let mut req = http::Request::post(format!("http://{addr}{path}"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("authorization", format!("Bearer {tenant}"));
+    if let Some(k) = key {
+        req = req.header("Idempotency-Key", k);
+    }
+    let resp = client
+        .request(req.body(Full::new(Bytes::from(body.to_owned())))?)
+        .await?;
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await?.to_bytes();
+    Ok(Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}

@@ -17,6 +17,7 @@
 #![warn(missing_debug_implementations, rust_2018_idioms)]
 
 pub mod auth;
+pub mod chaos;
 pub mod faults;
 pub mod grpc;
 pub mod http;

@@ -1,0 +1,428 @@
+//! The chaos run shared by the demo and the Z1 test: a gRPC shop behind the idem layer, a
+//! fault-injecting proxy in front of it, many concurrent clients creating orders through the
+//! client layer, and an exact per-intent check of what happened.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use idem_core::IdempotencyKey;
+use idem_dedup::Engine;
+use idem_retry::{GiveUp, RetryBudget, RetryPolicy};
+use idem_tower::{CallReport, ClientStats, Failure, RetryLayer, Writes};
+use tonic::transport::Endpoint;
+
+use crate::faults::StatusFaults;
+use crate::pb::shop_client::ShopClient;
+use crate::pb::CreateOrderRequest;
+use crate::proxy::{ProxyCounts, ProxyFaults};
+use crate::{grpc, metrics, Shop, WRITES};
+
+/// How a chaos run is set up.
+#[derive(Debug, Clone)]
+pub struct ChaosConfig {
+    /// Concurrent clients, each with its own connection through the proxy.
+    pub clients: usize,
+    /// Intents each client creates, one after another.
+    pub intents_per_client: usize,
+    /// Connection faults (drop before / after send, slow answers).
+    pub proxy: ProxyFaults,
+    /// Server faults (`UNAVAILABLE`, `RESOURCE_EXHAUSTED` with pushback).
+    pub status: StatusFaults,
+    /// Time each order takes to create.
+    pub work: Duration,
+    /// The client layer's per-attempt timeout (slow answers exceed it).
+    pub attempt_timeout: Duration,
+    /// Attempts per call, first included.
+    pub max_attempts: u32,
+    /// Print progress to stderr while running.
+    pub progress: bool,
+}
+
+impl ChaosConfig {
+    /// `clients` × `intents` with 20% faults of every kind, 4% each.
+    pub fn twenty_percent(clients: usize, intents: usize, seed: u64) -> Self {
+        ChaosConfig {
+            clients,
+            intents_per_client: intents,
+            proxy: ProxyFaults {
+                drop_before_send: 0.04,
+                drop_after_send: 0.04,
+                slow: 0.04,
+                slow_by: Duration::from_millis(400),
+                seed,
+            },
+            status: StatusFaults {
+                unavailable: 0.04,
+                resource_exhausted: 0.04,
+                pushback: Duration::from_millis(25),
+                seed: seed ^ 0x5EED,
+            },
+            work: Duration::from_millis(15),
+            attempt_timeout: Duration::from_millis(250),
+            max_attempts: 8,
+            progress: false,
+        }
+    }
+}
+
+/// One intent's fate as its client saw it.
+#[derive(Debug, Clone)]
+pub struct IntentResult {
+    /// The business intent id.
+    pub intent: String,
+    /// The order id the client was told, or the final status code (gave up).
+    pub outcome: Result<u64, tonic::Code>,
+    /// Attempts made.
+    pub attempts: u32,
+}
+
+/// What a chaos run did.
+#[derive(Debug)]
+pub struct ChaosReport {
+    /// Per intent, in order.
+    pub results: Vec<IntentResult>,
+    /// Orders the shop created, per intent.
+    pub orders: HashMap<String, Vec<u64>>,
+    /// The client layer's counters.
+    pub client: ClientStats,
+    /// The engine's counters.
+    pub engine: idem_dedup::Stats,
+    /// What the proxy injected.
+    pub proxy: Arc<ProxyCounts>,
+    /// `UNAVAILABLE` answers injected.
+    pub unavailable: u64,
+    /// `RESOURCE_EXHAUSTED` answers injected.
+    pub resource_exhausted: u64,
+    /// Highest in-flight count scraped from `/metrics` during the run.
+    pub peak_in_flight: f64,
+    /// `/metrics` scrapes made.
+    pub scrapes: u64,
+    /// Wall time of the run.
+    pub elapsed: Duration,
+    /// Clients.
+    pub clients: usize,
+}
+
+impl ChaosReport {
+    /// Intents reported successful.
+    pub fn succeeded(&self) -> usize {
+        self.results.iter().filter(|r| r.outcome.is_ok()).count()
+    }
+
+    /// Intents that gave up.
+    pub fn gave_up(&self) -> usize {
+        self.results.len() - self.succeeded()
+    }
+
+    /// Orders the shop created in all.
+    pub fn orders_created(&self) -> usize {
+        self.orders.values().map(Vec::len).sum()
+    }
+
+    /// Every broken promise, per intent: created twice, reported successful but not created (or
+    /// created under another order id), or an order for an unknown intent. Empty when all is well.
+    pub fn violations(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        for r in &self.results {
+            let created = self.orders.get(&r.intent).map(Vec::as_slice).unwrap_or(&[]);
+            if created.len() > 1 {
+                v.push(format!(
+                    "{}: created {} times {:?}",
+                    r.intent,
+                    created.len(),
+                    created
+                ));
+            }
+            if let Ok(id) = r.outcome {
+                if created != [id] {
+                    v.push(format!(
+                        "{}: reported order {id} but the shop has {created:?}",
+                        r.intent
+                    ));
+                }
+            }
+        }
+        let known: std::collections::HashSet<&str> =
+            self.results.iter().map(|r| r.intent.as_str()).collect();
+        for intent in self.orders.keys() {
+            if !known.contains(intent.as_str()) {
+                v.push(format!("{intent}: an order for an intent nobody made"));
+            }
+        }
+        v
+    }
+
+    /// The final table.
+    pub fn table(&self) -> String {
+        let c = &self.client;
+        let e = &self.engine.outcomes;
+        let p = &self.proxy;
+        let gave_up_created = self
+            .results
+            .iter()
+            .filter(|r| r.outcome.is_err())
+            .filter(|r| self.orders.get(&r.intent).is_some_and(|o| !o.is_empty()))
+            .count();
+        let rows: Vec<(String, String)> = vec![
+            ("business intents".into(), self.results.len().to_string()),
+            ("concurrent clients".into(), self.clients.to_string()),
+            ("attempts".into(), c.retrier.attempts.to_string()),
+            ("retries".into(), c.retrier.retries.to_string()),
+            (
+                "  after a dropped connection".into(),
+                c.retries(Failure::Transport).to_string(),
+            ),
+            (
+                "  after a slow answer (timeout)".into(),
+                c.retries(Failure::Timeout).to_string(),
+            ),
+            (
+                "  after UNAVAILABLE".into(),
+                c.retries(Failure::Unavailable).to_string(),
+            ),
+            (
+                "  after RESOURCE_EXHAUSTED (pushback)".into(),
+                c.retries(Failure::ResourceExhausted).to_string(),
+            ),
+            (
+                "  after ABORTED / DEADLINE / other".into(),
+                (c.retries(Failure::Aborted)
+                    + c.retries(Failure::DeadlineExceeded)
+                    + c.retries(Failure::Other))
+                .to_string(),
+            ),
+            (
+                "faults injected: drop before send".into(),
+                p.dropped_before_send.load(Relaxed).to_string(),
+            ),
+            (
+                "faults injected: drop after send".into(),
+                p.dropped_after_send.load(Relaxed).to_string(),
+            ),
+            (
+                "faults injected: slow answer".into(),
+                p.slowed.load(Relaxed).to_string(),
+            ),
+            (
+                "faults injected: UNAVAILABLE".into(),
+                self.unavailable.to_string(),
+            ),
+            (
+                "faults injected: RESOURCE_EXHAUSTED".into(),
+                self.resource_exhausted.to_string(),
+            ),
+            ("server: executed".into(), e.executed.to_string()),
+            ("server: replays".into(), e.replayed.to_string()),
+            ("server: joins".into(), e.joined.to_string()),
+            ("server: conflicts".into(), e.conflicts.to_string()),
+            ("intents succeeded".into(), self.succeeded().to_string()),
+            (
+                "give-ups".into(),
+                format!(
+                    "{} (of which created once: {gave_up_created})",
+                    self.gave_up()
+                ),
+            ),
+            (
+                "  by why: attempts / deadline / budget / not retryable".into(),
+                format!(
+                    "{} / {} / {} / {}",
+                    c.retrier.give_ups(GiveUp::Attempts),
+                    c.retrier.give_ups(GiveUp::Deadline),
+                    c.retrier.give_ups(GiveUp::Budget),
+                    c.retrier.give_ups(GiveUp::NotRetryable)
+                ),
+            ),
+            (
+                "orders actually created".into(),
+                self.orders_created().to_string(),
+            ),
+            (
+                "intents created twice".into(),
+                self.results
+                    .iter()
+                    .filter(|r| self.orders.get(&r.intent).is_some_and(|o| o.len() > 1))
+                    .count()
+                    .to_string(),
+            ),
+            (
+                "successes not created exactly once".into(),
+                self.results
+                    .iter()
+                    .filter(|r| {
+                        r.outcome.is_ok_and(|id| {
+                            self.orders.get(&r.intent).map(Vec::as_slice) != Some(&[id])
+                        })
+                    })
+                    .count()
+                    .to_string(),
+            ),
+            (
+                "peak in-flight (scraped from /metrics)".into(),
+                format!("{} ({} scrapes)", self.peak_in_flight, self.scrapes),
+            ),
+            (
+                "wall time".into(),
+                format!("{:.2} s", self.elapsed.as_secs_f64()),
+            ),
+        ];
+        let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
+        let v = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
+        let line = format!("+{}+{}+\n", "-".repeat(w + 2), "-".repeat(v + 2));
+        let mut out = line.clone();
+        for (k, val) in rows {
+            let _ = writeln!(out, "| {k:<w$} | {val:>v$} |");
+        }
+        out.push_str(&line);
+        out
+    }
+}
+
+/// Runs the chaos scenario.
+///
+/// # Errors
+///
+/// Setting up the servers failed.
+pub async fn run(
+    cfg: ChaosConfig,
+) -> Result<ChaosReport, Box<dyn std::error::Error + Send + Sync>> {
+    let handle = metrics::recorder(); // before the engine, so its gauges register
+    let metrics_addr = metrics::serve(handle).await?;
+    let engine = Engine::builder().build()?;
+    let server = grpc::serve(Shop::with_work(cfg.work), engine.clone(), cfg.status).await?;
+    let proxy = crate::proxy::start(server.addr, cfg.proxy).await?;
+
+    let layer = RetryLayer::builder()
+        .policy(
+            RetryPolicy::builder()
+                .max_attempts(cfg.max_attempts)
+                .base_delay(Duration::from_millis(10))
+                .max_delay(Duration::from_millis(200))
+                .build()?,
+        )
+        .budget(RetryBudget::builder().ratio(0.5).min_per_sec(100).build()?)
+        .writes(Writes::paths(WRITES))
+        .call_timeout(Duration::from_secs(20))
+        .attempt_timeout(cfg.attempt_timeout)
+        .build();
+
+    // Scrape /metrics while the run goes on; keep the peak of the summed in-flight gauge.
+    let running = Arc::new(AtomicBool::new(true));
+    let peak = Arc::new(AtomicU64::new(0));
+    let scrapes = Arc::new(AtomicU64::new(0));
+    let scraper = {
+        let (running, peak, scrapes) = (running.clone(), peak.clone(), scrapes.clone());
+        tokio::spawn(async move {
+            while running.load(Relaxed) {
+                if let Ok(text) = metrics::scrape(metrics_addr).await {
+                    let v = metrics::sum(&text, idem_dedup::metrics::IN_FLIGHT);
+                    peak.fetch_max(v as u64, Relaxed);
+                    scrapes.fetch_add(1, Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let done = Arc::new(AtomicU64::new(0));
+    let total = (cfg.clients * cfg.intents_per_client) as u64;
+    let ticker = cfg.progress.then(|| {
+        let (running, done, layer, peak) = (running.clone(), done.clone(), layer.clone(), peak.clone());
+        tokio::spawn(async move {
+            while running.load(Relaxed) {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let s = layer.stats();
+                eprintln!(
+                    "  {:>5}/{total} intents done · {:>5} attempts · {:>4} retries · peak in-flight {}",
+                    done.load(Relaxed),
+                    s.retrier.attempts,
+                    s.retrier.retries,
+                    peak.load(Relaxed)
+                );
+            }
+        })
+    });
+
+    let started = Instant::now();
+    let endpoint = Endpoint::from_shared(format!("http://{}", proxy.addr))?;
+    let mut tasks = Vec::with_capacity(cfg.clients);
+    for c in 0..cfg.clients {
+        let channel = tower::ServiceBuilder::new()
+            .layer(layer.clone())
+            .service(endpoint.clone().connect_lazy());
+        let mut client = ShopClient::new(channel);
+        let done = done.clone();
+        let n = cfg.intents_per_client;
+        tasks.push(tokio::spawn(async move {
+            let mut results = Vec::with_capacity(n);
+            for i in 0..n {
+                let intent = format!("intent-{c:04}-{i:03}");
+                // K2: one key per business intent, derived so a restarted client would reuse it.
+                let key = IdempotencyKey::derive(&intent, "CreateOrder");
+                let mut req = tonic::Request::new(CreateOrderRequest {
+                    intent_id: intent.clone(),
+                    sku: "book-42".into(),
+                    quantity: 1,
+                });
+                let md = req.metadata_mut();
+                md.insert(
+                    "authorization",
+                    "Bearer tenant-demo".parse().expect("ascii"),
+                );
+                md.insert(
+                    "x-idempotency-key",
+                    key.as_str().parse().expect("K1 is ascii"),
+                );
+                let (outcome, attempts) = match client.create_order(req).await {
+                    Ok(resp) => {
+                        let attempts = resp
+                            .extensions()
+                            .get::<CallReport>()
+                            .map_or(1, |r| r.attempts);
+                        (Ok(resp.get_ref().order_id), attempts)
+                    }
+                    Err(status) => (Err(status.code()), 0),
+                };
+                done.fetch_add(1, Relaxed);
+                results.push(IntentResult {
+                    intent,
+                    outcome,
+                    attempts,
+                });
+            }
+            results
+        }));
+    }
+    let mut results = Vec::with_capacity(total as usize);
+    for t in tasks {
+        results.extend(t.await?);
+    }
+    let elapsed = started.elapsed();
+    running.store(false, Relaxed);
+    let _ = scraper.await;
+    if let Some(t) = ticker {
+        let _ = t.await;
+    }
+    // Runs handed off by dropped callers (E5) finish on their own; wait for the engine to drain.
+    while engine.stats().in_flight > 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let report = ChaosReport {
+        orders: server.shop.orders(),
+        client: layer.stats(),
+        engine: engine.stats(),
+        proxy: proxy.counts.clone(),
+        unavailable: server.faults.unavailable.load(Relaxed),
+        resource_exhausted: server.faults.resource_exhausted.load(Relaxed),
+        peak_in_flight: peak.load(Relaxed) as f64,
+        scrapes: scrapes.load(Relaxed),
+        elapsed,
+        clients: cfg.clients,
+        results,
+    };
+    drop(proxy);
+    drop(server); // signals shutdown
+    Ok(report)
+}

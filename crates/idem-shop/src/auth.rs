@@ -1,5 +1,5 @@
 //! A toy authentication layer: `authorization: Bearer <tenant>` becomes a
-//! [`Tenant`](idem_tower::Tenant) request extension (SPEC T1a). A real one checks a token.
+//! [`Tenant`] request extension (SPEC T1a). A real one checks a token.
 
 use std::task::{Context, Poll};
 

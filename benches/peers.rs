@@ -1,4 +1,631 @@
-//! Placeholder: the benchmark lands with the benchmarks issue.
+//! idem against the stores users pick instead, on identical workloads in one run (issue 4,
+//! BENCHMARKS.md): (a) replay, (b) unique, (c) hot key, (d) memory, plus the floors.
+//!
+//! `cargo bench --bench peers`; `IDEM_BENCH_QUICK=1` for a run of about two minutes. Writes
+//! `target/idem-bench/summary.json` (under `$CARGO_TARGET_DIR` when set) and prints it as a table.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Throughput};
+use serde_json::{json, Map, Value};
+
+#[path = "support/alloc.rs"]
+mod alloc;
+#[path = "support/common.rs"]
+mod common;
+#[path = "support/driver.rs"]
+mod driver;
+#[path = "support/hist.rs"]
+mod hist;
+#[path = "support/store.rs"]
+mod store;
+
+#[path = "peers/dashmap_shared.rs"]
+mod dashmap_shared;
+#[path = "peers/idem.rs"]
+mod idem_store;
+#[path = "peers/memory.rs"]
+mod memory;
+#[path = "peers/moka.rs"]
+mod moka_store;
+#[path = "peers/mpsc_floor.rs"]
+mod mpsc_floor;
+#[path = "peers/mutex_floor.rs"]
+mod mutex_floor;
+#[path = "peers/singleflight.rs"]
+mod singleflight;
+
+use common::{fmt_ops, median, Val, BURST, CLIENT_TASKS};
+use dashmap_shared::DashShared;
+use driver::{Bursts, Run};
+use idem_store::Idem;
+use moka_store::Moka;
+use mpsc_floor::MpscFloor;
+use mutex_floor::MutexFloor;
+use singleflight::Singleflight;
+use store::{Store, StoreConfig};
+
+#[global_allocator]
+static GLOBAL: alloc::Counting = alloc::Counting;
+
+/// Per workload, per store: the summary fields, in run order.
+type Results = BTreeMap<&'static str, Vec<(&'static str, Map<String, Value>)>>;
+
+struct Ctx {
+    quick: bool,
+    rt: tokio::runtime::Runtime,
+    results: Results,
+    /// Hot-key bursts with more than one run: (store, most runs in a burst).
+    violations: Vec<(&'static str, u64)>,
+}
+
+impl Ctx {
+    fn samples(&self) -> usize {
+        if self.quick {
+            10
+        } else {
+            20
+        }
+    }
+    /// Calls per client task in the latency sample run.
+    fn latency_rounds(&self) -> u64 {
+        if self.quick {
+            400
+        } else {
+            4_000
+        }
+    }
+    fn put(&mut self, workload: &'static str, store: &'static str, fields: Map<String, Value>) {
+        self.results
+            .entry(workload)
+            .or_default()
+            .push((store, fields));
+    }
+}
+
+/// Samples criterion measured: (iterations, time). The last `samples` calls are the measurement.
+type Record = Arc<Mutex<Vec<(u64, Duration)>>>;
+
+/// The median over the measured samples of calls per second, one iteration being `per_iter` calls.
+fn ops_per_sec(rec: &Record, samples: usize, per_iter: u64) -> Option<f64> {
+    let rec = rec.lock().expect("record");
+    if rec.is_empty() {
+        return None; // filtered out on the command line
+    }
+    let tail = &rec[rec.len().saturating_sub(samples)..];
+    Some(median(
+        tail.iter()
+            .map(|(iters, d)| (iters * per_iter) as f64 / d.as_secs_f64())
+            .collect(),
+    ))
+}
+
+fn latency_fields(run: &Run, m: &mut Map<String, Value>) {
+    if let Some(h) = &run.hist {
+        m.insert("p50_ns".into(), json!(h.quantile(0.50).round()));
+        m.insert("p99_ns".into(), json!(h.quantile(0.99).round()));
+    }
+}
+
+fn replay_cfg() -> StoreConfig {
+    StoreConfig {
+        ttl: Duration::from_secs(3600),
+        capacity: 1_000_000,
+        shards: None,
+    }
+}
+
+fn unique_cfg() -> StoreConfig {
+    // Entries expire a second after completion, so the store holds about one second of calls.
+    StoreConfig {
+        ttl: Duration::from_secs(1),
+        capacity: 8_000_000,
+        shards: None,
+    }
+}
+
+/// (a) Replay for store `S`.
+fn replay<S: Store>(ctx: &mut Ctx, g: &mut BenchmarkGroup<'_, WallTime>) {
+    let (store, keys) = ctx.rt.block_on(async {
+        let store = Arc::new(S::build(&replay_cfg()));
+        let keys = driver::prefill(&store).await;
+        (store, keys)
+    });
+    let rec: Record = Arc::default();
+    g.bench_function(S::NAME, |b| {
+        b.to_async(&ctx.rt).iter_custom(|iters| {
+            let (store, keys, rec) = (store.clone(), keys.clone(), rec.clone());
+            async move {
+                let run = driver::replay(&store, &keys, iters, false).await;
+                rec.lock().expect("record").push((iters, run.elapsed));
+                run.elapsed
+            }
+        })
+    });
+    let Some(ops) = ops_per_sec(&rec, ctx.samples(), CLIENT_TASKS as u64) else {
+        return;
+    };
+    let run = ctx
+        .rt
+        .block_on(driver::replay(&store, &keys, ctx.latency_rounds(), true));
+    let mut m = Map::new();
+    m.insert("ops_per_sec".into(), json!(ops.round()));
+    latency_fields(&run, &mut m);
+    ctx.put("replay", S::NAME, m);
+    if S::NAME == Idem::NAME {
+        stats_overhead(ctx, &store, &keys, ops);
+    }
+    ctx.rt.block_on(async move { drop((store, keys)) });
+}
+
+/// SPEC E9 / issue 4: `stats()` read every millisecond under the replay load. Alternates runs
+/// with and without the reader (about 0.1 s each) and compares the medians, so drift on a noisy
+/// machine hits both sides.
+fn stats_overhead<S: Store>(ctx: &mut Ctx, store: &Arc<S>, keys: &Arc<Vec<S::Key>>, ops: f64) {
+    // Only idem has stats(); this bench runs it on the replay store built above.
+    let any: &dyn std::any::Any = store;
+    let Some(idem) = any.downcast_ref::<Arc<Idem>>() else {
+        return;
+    };
+    let pairs = if ctx.quick { 6 } else { 20 };
+    let rounds = ((ops * 0.1) as u64 / CLIENT_TASKS as u64).max(10);
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    let per_run = (rounds * CLIENT_TASKS as u64) as f64;
+    for _ in 0..pairs {
+        let d = ctx.rt.block_on(driver::replay(store, keys, rounds, false));
+        without.push(per_run / d.elapsed.as_secs_f64());
+        let engine = idem.0.clone();
+        let d = ctx.rt.block_on(async move {
+            let reader = tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_millis(1));
+                loop {
+                    tick.tick().await;
+                    std::hint::black_box(engine.stats());
+                }
+            });
+            let run = driver::replay(store, keys, rounds, false).await;
+            reader.abort();
+            run
+        });
+        with.push(per_run / d.elapsed.as_secs_f64());
+    }
+    let (w, wo) = (median(with), median(without));
+    let mut m = Map::new();
+    m.insert("ops_per_sec".into(), json!(w.round()));
+    m.insert("ops_per_sec_without".into(), json!(wo.round()));
+    m.insert("vs_without".into(), json!(round3(w / wo)));
+    ctx.put("stats_overhead", "idem", m);
+}
+
+/// (b) Unique for store `S`.
+fn unique<S: Store>(ctx: &mut Ctx, g: &mut BenchmarkGroup<'_, WallTime>) {
+    let store = ctx.rt.block_on(async { Arc::new(S::build(&unique_cfg())) });
+    let rec: Record = Arc::default();
+    g.bench_function(S::NAME, |b| {
+        b.to_async(&ctx.rt).iter_custom(|iters| {
+            let (store, rec) = (store.clone(), rec.clone());
+            async move {
+                let run = driver::unique(&store, iters, false).await;
+                rec.lock().expect("record").push((iters, run.elapsed));
+                run.elapsed
+            }
+        })
+    });
+    let Some(ops) = ops_per_sec(&rec, ctx.samples(), CLIENT_TASKS as u64) else {
+        return;
+    };
+    let run = ctx
+        .rt
+        .block_on(driver::unique(&store, ctx.latency_rounds(), true));
+    let mut m = Map::new();
+    m.insert("ops_per_sec".into(), json!(ops.round()));
+    latency_fields(&run, &mut m);
+    ctx.put("unique", S::NAME, m);
+    ctx.rt.block_on(async move { drop(store) });
+}
+
+/// (c) Hot key for store `S`: every burst is checked for exactly one run.
+fn hot_key<S: Store>(ctx: &mut Ctx, g: &mut BenchmarkGroup<'_, WallTime>) {
+    let store = ctx.rt.block_on(async { Arc::new(S::build(&replay_cfg())) });
+    let rec: Record = Arc::default();
+    let all: Arc<Mutex<Bursts>> = Arc::default();
+    g.bench_function(S::NAME, |b| {
+        b.to_async(&ctx.rt).iter_custom(|iters| {
+            let (store, rec, all) = (store.clone(), rec.clone(), all.clone());
+            async move {
+                let r = driver::hot_key(&store, iters).await;
+                rec.lock().expect("record").push((iters, r.elapsed));
+                let mut all = all.lock().expect("bursts");
+                all.runs += r.runs;
+                all.bursts += r.bursts;
+                all.max_runs = all.max_runs.max(r.max_runs);
+                r.elapsed
+            }
+        })
+    });
+    let Some(ops) = ops_per_sec(&rec, ctx.samples(), BURST as u64) else {
+        return;
+    };
+    let bursts = if ctx.quick { 100 } else { 500 };
+    let sample = ctx.rt.block_on(driver::hot_key(&store, bursts));
+    let mut all = all.lock().expect("bursts");
+    all.runs += sample.runs;
+    all.bursts += sample.bursts;
+    all.max_runs = all.max_runs.max(sample.max_runs);
+    let mut times: Vec<f64> = sample.times.iter().map(|d| d.as_secs_f64() * 1e6).collect();
+    times.sort_by(f64::total_cmp);
+    let p99 = times[((times.len() as f64 * 0.99).ceil() as usize).clamp(1, times.len()) - 1];
+    let mut m = Map::new();
+    m.insert(
+        "runs_per_burst".into(),
+        json!(round3(all.runs as f64 / all.bursts as f64)),
+    );
+    m.insert("max_runs_in_a_burst".into(), json!(all.max_runs));
+    m.insert("bursts_checked".into(), json!(all.bursts));
+    m.insert("burst_p50_us".into(), json!(round1(median(times))));
+    m.insert("burst_p99_us".into(), json!(round1(p99)));
+    m.insert("ops_per_sec".into(), json!(ops.round()));
+    // Stores that keep results must run the action exactly once per burst. A single-flight group
+    // keeps none: a call arriving after the run ended runs again, which the table reports.
+    if all.max_runs != 1 && S::NAME != Singleflight::NAME {
+        ctx.violations.push((S::NAME, all.max_runs));
+    }
+    drop(all);
+    ctx.put("hot_key", S::NAME, m);
+    ctx.rt.block_on(async move { drop(store) });
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// Adds `vs_moka` and `vs_dashmap_shared`: ops/s ratios for replay and unique (higher is better),
+/// burst p50 and bytes ratios for hot key and memory (lower is better), as the targets are stated.
+fn add_ratios(results: &mut Results) {
+    for (workload, rows) in results.iter_mut() {
+        let field = match *workload {
+            "replay" | "unique" => "ops_per_sec",
+            "hot_key" => "burst_p50_us",
+            "memory" => "bytes_per_entry",
+            _ => continue,
+        };
+        let of = |name: &str, rows: &[(&str, Map<String, Value>)]| {
+            rows.iter()
+                .find(|(s, _)| *s == name)
+                .and_then(|(_, m)| m.get(field)?.as_f64())
+        };
+        let moka = of(Moka::NAME, rows);
+        let dash = of(DashShared::NAME, rows);
+        for (_, m) in rows.iter_mut() {
+            let Some(x) = m.get(field).and_then(Value::as_f64) else {
+                continue;
+            };
+            if let Some(p) = moka {
+                m.insert("vs_moka".into(), json!(round3(x / p)));
+            }
+            if let Some(p) = dash {
+                m.insert("vs_dashmap_shared".into(), json!(round3(x / p)));
+            }
+        }
+    }
+}
+
+fn cell(m: &Map<String, Value>, k: &str, f: impl Fn(f64) -> String) -> String {
+    m.get(k)
+        .and_then(Value::as_f64)
+        .map_or_else(|| "-".into(), f)
+}
+
+fn print_table(results: &Results) {
+    let ratio = |x: f64| format!("{x:.2}x");
+    let ns = |x: f64| format!("{x:.0}");
+    for workload in ["replay", "unique", "hot_key", "memory", "stats_overhead"] {
+        let Some(rows) = results.get(workload) else {
+            continue;
+        };
+        println!();
+        match workload {
+            "replay" | "unique" => {
+                println!("## {workload} (ops/s over {CLIENT_TASKS} tasks; ratios: ops/s, higher is better)");
+                println!("| store | ops/s | p50 ns | p99 ns | vs moka | vs dashmap_shared |");
+                println!("|---|---:|---:|---:|---:|---:|");
+                for (s, m) in rows {
+                    println!(
+                        "| {s} | {} | {} | {} | {} | {} |",
+                        cell(m, "ops_per_sec", fmt_ops),
+                        cell(m, "p50_ns", ns),
+                        cell(m, "p99_ns", ns),
+                        cell(m, "vs_moka", ratio),
+                        cell(m, "vs_dashmap_shared", ratio)
+                    );
+                }
+            }
+            "hot_key" => {
+                println!("## hot_key (bursts of {BURST} calls on one fresh key; ratios: burst p50, lower is better)");
+                println!("| store | runs/burst | max runs | bursts checked | burst p50 us | burst p99 us | calls/s | vs moka | vs dashmap_shared |");
+                println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+                for (s, m) in rows {
+                    let s = if *s == Singleflight::NAME {
+                        "singleflight (keeps no result: late callers run again)"
+                    } else {
+                        s
+                    };
+                    println!(
+                        "| {s} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                        cell(m, "runs_per_burst", |x| format!("{x:.3}")),
+                        cell(m, "max_runs_in_a_burst", ns),
+                        cell(m, "bursts_checked", ns),
+                        cell(m, "burst_p50_us", |x| format!("{x:.1}")),
+                        cell(m, "burst_p99_us", |x| format!("{x:.1}")),
+                        cell(m, "ops_per_sec", fmt_ops),
+                        cell(m, "vs_moka", ratio),
+                        cell(m, "vs_dashmap_shared", ratio)
+                    );
+                }
+            }
+            "memory" => {
+                println!("## memory (per completed entry, value included; ratios: heap bytes, lower is better)");
+                println!("| store | entries | heap bytes/entry | RSS bytes/entry | vs moka | vs dashmap_shared |");
+                println!("|---|---:|---:|---:|---:|---:|");
+                for (s, m) in rows {
+                    println!(
+                        "| {s} | {} | {} | {} | {} | {} |",
+                        cell(m, "entries", fmt_ops),
+                        cell(m, "bytes_per_entry", |x| format!("{x:.1}")),
+                        cell(m, "rss_bytes_per_entry", |x| format!("{x:.1}")),
+                        cell(m, "vs_moka", ratio),
+                        cell(m, "vs_dashmap_shared", ratio)
+                    );
+                }
+            }
+            "stats_overhead" => {
+                println!("## stats_overhead (idem replay with stats() read every 1 ms, alternating runs)");
+                println!("| store | ops/s with reader | ops/s without | ratio |");
+                println!("|---|---:|---:|---:|");
+                for (s, m) in rows {
+                    println!(
+                        "| {s} | {} | {} | {} |",
+                        cell(m, "ops_per_sec", fmt_ops),
+                        cell(m, "ops_per_sec_without", fmt_ops),
+                        cell(m, "vs_without", |x| format!("{x:.3}"))
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The issue-4 targets, checked against this run's numbers.
+fn print_targets(results: &Results) {
+    let get = |w: &str, s: &str, k: &str| {
+        results
+            .get(w)?
+            .iter()
+            .find(|(n, _)| *n == s)
+            .and_then(|(_, m)| m.get(k)?.as_f64())
+    };
+    let check = |name: &str, v: Option<f64>, ok: &dyn Fn(f64) -> bool, unit: &str| match v {
+        Some(x) => println!(
+            "| {name} | {x:.3}{unit} | {} |",
+            if ok(x) { "met" } else { "NOT met" }
+        ),
+        None => println!("| {name} | - | not measured |"),
+    };
+    println!();
+    println!("## issue-4 targets (this run)");
+    println!("| target | measured | |");
+    println!("|---|---:|---|");
+    check(
+        "replay >= 1.3x dashmap_shared",
+        get("replay", "idem", "vs_dashmap_shared"),
+        &|x| x >= 1.3,
+        "x",
+    );
+    check(
+        "replay >= 9x moka",
+        get("replay", "idem", "vs_moka"),
+        &|x| x >= 9.0,
+        "x",
+    );
+    check(
+        "replay p50 <= 250 ns",
+        get("replay", "idem", "p50_ns"),
+        &|x| x <= 250.0,
+        " ns",
+    );
+    check(
+        "unique >= 1.0x dashmap_shared",
+        get("unique", "idem", "vs_dashmap_shared"),
+        &|x| x >= 1.0,
+        "x",
+    );
+    check(
+        "unique >= 7x moka",
+        get("unique", "idem", "vs_moka"),
+        &|x| x >= 7.0,
+        "x",
+    );
+    check(
+        "hot key: exactly 1 run per burst",
+        get("hot_key", "idem", "max_runs_in_a_burst"),
+        &|x| x == 1.0,
+        " max",
+    );
+    check(
+        "hot key burst p50 <= 1.1x dashmap_shared",
+        get("hot_key", "idem", "vs_dashmap_shared"),
+        &|x| x <= 1.1,
+        "x",
+    );
+    check(
+        "memory <= 1.2x dashmap_shared",
+        get("memory", "idem", "vs_dashmap_shared"),
+        &|x| x <= 1.2,
+        "x",
+    );
+    check(
+        "stats() every 1 ms costs < 1%",
+        get("stats_overhead", "idem", "vs_without"),
+        &|x| x >= 0.99,
+        "x",
+    );
+}
+
+/// `IDEM_BENCH_ONLY=replay,unique,hot_key,memory` runs only the named workloads (for profiling);
+/// unset, all run.
+fn wanted(workload: &str) -> bool {
+    std::env::var("IDEM_BENCH_ONLY")
+        .map_or(true, |only| only.split(',').any(|w| w.trim() == workload))
+}
+
+fn memory_child(spec: &str) {
+    let (name, n) = spec
+        .split_once(':')
+        .expect("IDEM_BENCH_MEMORY=<store>:<entries>");
+    let n: usize = n.parse().expect("entry count");
+    match name {
+        Idem::NAME => memory::child::<Idem>(n),
+        Moka::NAME => memory::child::<Moka>(n),
+        DashShared::NAME => memory::child::<DashShared>(n),
+        MutexFloor::NAME => memory::child::<MutexFloor>(n),
+        other => panic!("no memory workload for store {other}"),
+    }
+}
+
 fn main() {
-    println!("benchmark not written yet");
+    if let Ok(spec) = std::env::var(memory::ENV) {
+        memory_child(&spec);
+        return;
+    }
+    let quick = common::quick();
+    let (cpus, model) = common::machine();
+    let memory_n = if quick { 200_000 } else { 1_000_000 };
+    println!(
+        "idem peers bench: {} mode; {cpus} CPUs ({model}); 2 worker threads, {CLIENT_TASKS} client tasks; \
+         memory at {} entries{}",
+        if quick { "QUICK" } else { "full" },
+        fmt_ops(memory_n as f64),
+        if quick {
+            " (quick mode: short measurements, 10 samples, 200k-entry memory workload)"
+        } else {
+            ""
+        }
+    );
+    let mut c = common::criterion(quick);
+    let mut ctx = Ctx {
+        quick,
+        rt: common::runtime(2),
+        results: Results::new(),
+        violations: Vec::new(),
+    };
+
+    if wanted("replay") {
+        let mut g = c.benchmark_group("replay");
+        g.throughput(Throughput::Elements(CLIENT_TASKS as u64));
+        replay::<Idem>(&mut ctx, &mut g);
+        replay::<Moka>(&mut ctx, &mut g);
+        replay::<DashShared>(&mut ctx, &mut g);
+        replay::<MutexFloor>(&mut ctx, &mut g);
+        replay::<MpscFloor>(&mut ctx, &mut g);
+        g.finish();
+        let misses = driver::REPLAY_MISSES.load(Relaxed);
+        if misses > 0 {
+            println!("note: {misses} replay calls ran their action (the key was not stored)");
+        }
+    }
+
+    if wanted("unique") {
+        let mut g = c.benchmark_group("unique");
+        g.throughput(Throughput::Elements(CLIENT_TASKS as u64));
+        unique::<Idem>(&mut ctx, &mut g);
+        unique::<Moka>(&mut ctx, &mut g);
+        unique::<DashShared>(&mut ctx, &mut g);
+        unique::<MutexFloor>(&mut ctx, &mut g);
+        unique::<MpscFloor>(&mut ctx, &mut g);
+        g.finish();
+    }
+
+    if wanted("hot_key") {
+        let mut g = c.benchmark_group("hot_key");
+        g.throughput(Throughput::Elements(BURST as u64));
+        hot_key::<Idem>(&mut ctx, &mut g);
+        hot_key::<Moka>(&mut ctx, &mut g);
+        hot_key::<DashShared>(&mut ctx, &mut g);
+        hot_key::<Singleflight>(&mut ctx, &mut g);
+        g.finish();
+    }
+
+    let memory_stores = if wanted("memory") {
+        &[Idem::NAME, Moka::NAME, DashShared::NAME, MutexFloor::NAME][..]
+    } else {
+        &[]
+    };
+    for &name in memory_stores {
+        match memory::measure(name, memory_n) {
+            Ok(m) => {
+                let mut f = Map::new();
+                f.insert("bytes_per_entry".into(), json!(round1(m.heap)));
+                f.insert("rss_bytes_per_entry".into(), json!(round1(m.rss)));
+                f.insert("entries".into(), json!(memory_n));
+                ctx.put("memory", name, f);
+            }
+            Err(e) => println!("memory workload failed: {e}"),
+        }
+    }
+
+    add_ratios(&mut ctx.results);
+    let workloads: Map<String, Value> = ctx
+        .results
+        .iter()
+        .map(|(w, rows)| {
+            let stores: Map<String, Value> = rows
+                .iter()
+                .map(|(s, m)| (s.to_string(), Value::Object(m.clone())))
+                .collect();
+            (w.to_string(), Value::Object(stores))
+        })
+        .collect();
+    let summary = json!({
+        "workloads": workloads,
+        "meta": {
+            "quick": quick,
+            "cpus": cpus,
+            "cpu_model": model,
+            "worker_threads": 2,
+            "client_tasks": CLIENT_TASKS,
+            "replay_keys": common::REPLAY_KEYS,
+            "burst": BURST,
+            "memory_entries": memory_n,
+            "value_bytes": std::mem::size_of::<[u8; 64]>(),
+            "value_type": std::any::type_name::<Val>(),
+        }
+    });
+    let path = common::out_dir().join("summary.json");
+    std::fs::write(
+        &path,
+        serde_json::to_string_pretty(&summary).expect("json") + "\n",
+    )
+    .expect("write summary.json");
+    print_table(&ctx.results);
+    print_targets(&ctx.results);
+    println!();
+    println!("summary: {}", path.display());
+
+    if !ctx.violations.is_empty() {
+        for (s, runs) in &ctx.violations {
+            eprintln!(
+                "HOT KEY CHECK FAILED: {s} ran the action {runs} times in one burst (must be 1)"
+            );
+        }
+        std::process::exit(1);
+    }
 }

@@ -54,6 +54,10 @@ pub use idem_retry as retry;
 #[cfg(feature = "tower")]
 pub use idem_tower as tower;
 
+/// Cross-instance deduplication on Redis and Redis Cluster (SPEC D1–D3); see [`idem_redis`].
+#[cfg(feature = "redis")]
+pub use idem_redis as redis;
+
 /// The README's examples, compiled and run as doctests so they stay true.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

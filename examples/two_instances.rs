@@ -29,7 +29,9 @@ impl Drop for OwnRedis {
 }
 
 fn start_redis() -> Result<(String, OwnRedis), Box<dyn std::error::Error>> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
     let dir = std::env::temp_dir().join(format!("idem-two-instances-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let child = Command::new("redis-server")
@@ -76,7 +78,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // A client and its retries hit both instances at once: 4 calls on A, 4 on B.
     let calls = (0..8).map(|i| {
-        let (engine, name) = if i % 2 == 0 { (a.clone(), "A") } else { (b.clone(), "B") };
+        let (engine, name) = if i % 2 == 0 {
+            (a.clone(), "A")
+        } else {
+            (b.clone(), "B")
+        };
         let (scope, side_effects) = (scope.clone(), side_effects.clone());
         tokio::spawn(async move {
             let out = engine
@@ -99,11 +105,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             out.value()
         );
     }
-    println!("side effects: {} (8 calls, 2 instances)", side_effects.load(Ordering::SeqCst));
+    println!(
+        "side effects: {} (8 calls, 2 instances)",
+        side_effects.load(Ordering::SeqCst)
+    );
 
     // A late retry on B: replayed from B's own engine, no Redis round trip.
     let before = b.remote().commands_sent();
-    let late = b.execute(&scope, body, |_| async { Ok::<_, Status>("never".into()) }).await?;
+    let late = b
+        .execute(&scope, body, |_| async { Ok::<_, Status>("never".into()) })
+        .await?;
     println!(
         "late retry on B: {:?}, Redis calls made: {}",
         late.kind(),
@@ -117,7 +128,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .execute(&scope, other, |_| async { Ok::<_, Status>("never".into()) })
             .await
             .unwrap_err();
-        println!("other payload on {name}: {} ({})", err.code(), err.code().http_status());
+        println!(
+            "other payload on {name}: {} ({})",
+            err.code(),
+            err.code().http_status()
+        );
     }
     println!("tier A: {:?}", a.stats());
     println!("tier B: {:?}", b.stats());

@@ -38,8 +38,12 @@ struct Env {
 impl Env {
     async fn new(url: &str) -> Self {
         let tier = || async { RedisTier::builder().connect(url).await.expect("connect") };
-        let a = TieredEngine::<String>::builder(tier().await).build().unwrap();
-        let b = TieredEngine::<String>::builder(tier().await).build().unwrap();
+        let a = TieredEngine::<String>::builder(tier().await)
+            .build()
+            .unwrap();
+        let b = TieredEngine::<String>::builder(tier().await)
+            .build()
+            .unwrap();
         let bare = redis::Client::open(url)
             .unwrap()
             .get_multiplexed_async_connection()
@@ -67,8 +71,9 @@ fn fp() -> Fingerprint {
 async fn tier_batch(env: &Env) {
     let scopes: Vec<Scope> = (0..BATCH).map(|_| env.scope()).collect();
     let calls = scopes.iter().map(|s| {
-        env.a
-            .execute(s, fp(), |_| async { Ok::<_, Status>("order-1001".to_string()) })
+        env.a.execute(s, fp(), |_| async {
+            Ok::<_, Status>("order-1001".to_string())
+        })
     });
     for r in futures::future::join_all(calls).await {
         r.unwrap();
@@ -128,7 +133,9 @@ async fn join_once(env: &Env) -> Duration {
     let sb = s.clone();
     let waiter = tokio::spawn(async move {
         let out = b
-            .execute(&sb, fp(), |_| async { Ok::<_, Status>("never".to_string()) })
+            .execute(&sb, fp(), |_| async {
+                Ok::<_, Status>("never".to_string())
+            })
             .await
             .unwrap();
         (Instant::now(), out.kind())
@@ -157,11 +164,18 @@ fn summary(rt: &Runtime, env: &Env, redis: &RedisServer) {
     }
     let n = (rounds * BATCH) as f64;
     if std::env::var("IDEM_BENCH_DIAG").is_ok() {
-        let info = rt.block_on(support::raw(redis_port(redis), "INFO commandstats")).unwrap();
-        for l in info.lines().filter(|l| l.starts_with("cmdstat_evalsha") || l.starts_with("cmdstat_set")) {
+        let info = rt
+            .block_on(support::raw(redis_port(redis), "INFO commandstats"))
+            .unwrap();
+        for l in info
+            .lines()
+            .filter(|l| l.starts_with("cmdstat_evalsha") || l.starts_with("cmdstat_set"))
+        {
             println!("diag {l}");
         }
-        let cpu = rt.block_on(support::raw(redis_port(redis), "INFO cpu")).unwrap();
+        let cpu = rt
+            .block_on(support::raw(redis_port(redis), "INFO cpu"))
+            .unwrap();
         println!("diag server cpu: {}", cpu.replace("\r\n", " "));
     }
     let (tier_rate, floor_rate) = (n / tier.as_secs_f64(), n / floor.as_secs_f64());
@@ -196,7 +210,10 @@ fn summary(rt: &Runtime, env: &Env, redis: &RedisServer) {
                 .unwrap();
         }
         let server = redis.commands_processed().await;
-        let (ca, cb) = (env.a.remote().commands_sent(), env.b.remote().commands_sent());
+        let (ca, cb) = (
+            env.a.remote().commands_sent(),
+            env.b.remote().commands_sent(),
+        );
         for _ in 0..10 {
             for s in &scopes {
                 for e in [&env.a, &env.b] {
@@ -209,8 +226,7 @@ fn summary(rt: &Runtime, env: &Env, redis: &RedisServer) {
             }
         }
         let server_delta = redis.commands_processed().await - server;
-        let tier_delta =
-            env.a.remote().commands_sent() + env.b.remote().commands_sent() - ca - cb;
+        let tier_delta = env.a.remote().commands_sent() + env.b.remote().commands_sent() - ca - cb;
         println!(
             "d1 local replays: 20000 replays on two instances, redis commands: {server_delta} \
              (server INFO commandstats), {tier_delta} (tier counters)"
@@ -219,7 +235,11 @@ fn summary(rt: &Runtime, env: &Env, redis: &RedisServer) {
 }
 
 fn redis_port(r: &RedisServer) -> u16 {
-    r.url().trim_start_matches("redis://127.0.0.1:").trim_end_matches('/').parse().unwrap()
+    r.url()
+        .trim_start_matches("redis://127.0.0.1:")
+        .trim_end_matches('/')
+        .parse()
+        .unwrap()
 }
 
 fn main() {
@@ -266,7 +286,9 @@ fn main() {
     c.bench_function("d1_local_replay", |b| {
         b.to_async(&rt).iter(|| async {
             env.a
-                .execute(&replay_scope, fp(), |_| async { Ok::<_, Status>("x".to_string()) })
+                .execute(&replay_scope, fp(), |_| async {
+                    Ok::<_, Status>("x".to_string())
+                })
                 .await
                 .unwrap()
         })

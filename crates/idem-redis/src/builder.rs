@@ -199,9 +199,7 @@ where
             ));
         }
         if c.poll_first.is_zero() || c.poll_max < c.poll_first {
-            return Err(ConfigError::Invalid(
-                "poll_interval needs 0 < first <= max",
-            ));
+            return Err(ConfigError::Invalid("poll_interval needs 0 < first <= max"));
         }
         let mut local = Engine::builder()
             .ttl(self.local_ttl.unwrap_or(c.ttl))

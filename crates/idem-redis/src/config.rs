@@ -173,7 +173,9 @@ impl RedisTierBuilder {
     pub async fn connect_cluster(self, nodes: &[&str]) -> Result<RedisTier, ConnectError> {
         self.validate()?;
         if nodes.is_empty() {
-            return Err(ConnectError::Invalid("connect_cluster needs at least one node"));
+            return Err(ConnectError::Invalid(
+                "connect_cluster needs at least one node",
+            ));
         }
         let client = ClusterClientBuilder::new(nodes.to_vec())
             .connection_timeout(self.connect_timeout)

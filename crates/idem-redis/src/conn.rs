@@ -87,5 +87,8 @@ pub(crate) fn unavailable(message: String) -> Status {
 
 /// A Redis reply that none of our scripts gives.
 pub(crate) fn protocol(what: &'static str) -> Status {
-    Status::new(Code::Internal, format!("unexpected reply from redis: {what}"))
+    Status::new(
+        Code::Internal,
+        format!("unexpected reply from redis: {what}"),
+    )
 }

@@ -36,7 +36,7 @@
 //! [`TieredEngine`] keeps the local [`Engine`](idem_dedup::Engine) in front. Its shards coalesce
 //! the callers of one instance: ten concurrent duplicates on one instance make *one* Redis claim,
 //! and a result this instance already holds is replayed without any Redis round trip. Only the
-//! local leader talks to Redis, through the [`RemoteTier`](idem_dedup::remote::RemoteTier) trait
+//! local leader talks to Redis, through the [`RemoteTier`] trait
 //! (defined in `idem-dedup`, so a relational tier can implement it later, SPEC D4); [`RedisTier`]
 //! is its Redis implementation.
 //!
@@ -66,8 +66,8 @@
 //! holder's caller gets `ABORTED` / `FENCED_OUT`. The action receives its token, so the store
 //! that takes the side effect can refuse writes with a token lower than the highest it has seen
 //! — the late holder's write is then refused too. Tokens grow as long as Redis remembers the
-//! scope: the counter lives until 24 h past the last claim or 1 h past the stored result's
-//! expiry; each claim is also tagged with the instance that made it.
+//! scope: the counter lives until 24 h (plus twice the lease) past the scope's last claim; each
+//! claim is also tagged with the instance that made it, and complete checks both.
 //!
 //! ## Fail closed, or open
 //!

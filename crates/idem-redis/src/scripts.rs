@@ -23,7 +23,9 @@ redis.call('HSET', KEYS[1], 'w', '1')
 return {1, tonumber(r[3]), redis.call('PTTL', KEYS[1])}
 "#;
 
-/// `KEYS`: record, fence. `ARGV`: token, owner, value, ttl ms, channel, fence ttl ms.
+/// `KEYS`: record. `ARGV`: token, owner, value, ttl ms, channel. (Three server calls: the
+/// completion is on every new key's path, so it stays lean; the fence counter's lifetime is set
+/// by the claim.)
 /// Replies `{1}` stored, `{0, current token or 0}` fenced out. Publishes on the channel when a
 /// waiter marked the record.
 const COMPLETE: &str = r#"
@@ -32,9 +34,7 @@ if r[1] ~= 'run' or r[2] ~= ARGV[1] or r[3] ~= ARGV[2] then
   return {0, tonumber(r[2]) or 0}
 end
 redis.call('HSET', KEYS[1], 'st', 'done', 'val', ARGV[3])
-redis.call('HDEL', KEYS[1], 'own', 'w')
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
-redis.call('PEXPIRE', KEYS[2], ARGV[6])
 if r[4] then redis.call('PUBLISH', ARGV[5], 'done') end
 return {1}
 "#;

@@ -179,16 +179,13 @@ impl RemoteTier for RedisTier {
     ) -> Result<Commit, Status> {
         let k = self.keys(scope);
         let inner = &*self.inner;
-        let fence_ttl = ttl + Duration::from_secs(3600);
         let mut inv = inner.scripts.complete.prepare_invoke();
         inv.key(&k.record)
-            .key(&k.fence)
             .arg(token.get())
             .arg(&inner.owner)
             .arg(value)
             .arg(ms(ttl))
-            .arg(&k.channel)
-            .arg(ms(fence_ttl));
+            .arg(&k.channel);
         self.count();
         let v = inner.conn.invoke(&inv, inner.command_timeout).await?;
         match complete_reply(v).ok_or_else(|| protocol("complete script"))? {

@@ -204,7 +204,11 @@ where
         let local = &self.inner.local;
         let out = match deadline {
             None => local.execute(scope, fingerprint, run).await?,
-            Some(d) => local.execute_with_deadline(scope, fingerprint, d, run).await?,
+            Some(d) => {
+                local
+                    .execute_with_deadline(scope, fingerprint, d, run)
+                    .await?
+            }
         };
         let (kind, expires_at) = (out.kind(), out.expires_at());
         let stored = out.into_value();
@@ -291,7 +295,9 @@ where
             }
         };
         match claim {
-            ClaimOutcome::Claimed { token } => return run_claimed(&inner, &scope, token, action).await,
+            ClaimOutcome::Claimed { token } => {
+                return run_claimed(&inner, &scope, token, action).await
+            }
             ClaimOutcome::Completed(bytes) => {
                 let value = inner.codec.decode(&bytes)?;
                 let (via, event) = if waited {
@@ -387,7 +393,11 @@ where
             return Err(status);
         }
     };
-    match inner.remote.complete(scope, token, bytes, inner.cfg.ttl).await {
+    match inner
+        .remote
+        .complete(scope, token, bytes, inner.cfg.ttl)
+        .await
+    {
         Ok(Commit::Committed) => {
             inner.counters.bump(Event::Executed);
             Ok(Stored {

@@ -29,7 +29,9 @@ async fn d1_conflict_across_instances_is_failed_precondition_on_both() {
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
     let in_flight = b
-        .execute(&s, fp2, |_| async { Ok::<_, Status>("must not run".into()) })
+        .execute(&s, fp2, |_| async {
+            Ok::<_, Status>("must not run".into())
+        })
         .await
         .unwrap_err();
     assert_eq!(in_flight.code(), Code::FailedPrecondition);
@@ -41,12 +43,16 @@ async fn d1_conflict_across_instances_is_failed_precondition_on_both() {
     // Completed: fp2 is refused on both instances; fp1 is replayed on both.
     for e in [&a, &b] {
         let err = e
-            .execute(&s, fp2, |_| async { Ok::<_, Status>("must not run".into()) })
+            .execute(&s, fp2, |_| async {
+                Ok::<_, Status>("must not run".into())
+            })
             .await
             .unwrap_err();
         assert_eq!(err.code(), Code::FailedPrecondition, "{err}");
         let ok = e
-            .execute(&s, fp1, |_| async { Ok::<_, Status>("must not run".into()) })
+            .execute(&s, fp1, |_| async {
+                Ok::<_, Status>("must not run".into())
+            })
             .await
             .unwrap();
         assert_eq!(ok.value(), "order-1");

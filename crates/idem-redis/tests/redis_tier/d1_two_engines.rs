@@ -24,7 +24,10 @@ async fn d1_two_engines_thousands_of_intents_one_side_effect_each() {
         intents as u64,
         "{sa:?} {sb:?}"
     );
-    assert_eq!(sa.unavailable + sb.unavailable + sa.fenced_out + sb.fenced_out, 0);
+    assert_eq!(
+        sa.unavailable + sb.unavailable + sa.fenced_out + sb.fenced_out,
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -34,17 +37,27 @@ async fn d1_other_instance_replays_and_local_replay_costs_no_round_trip() {
     let b = engine(tier(&redis.url()).await);
     let s = scope("d1-replay", 1);
     let first = a
-        .execute(&s, fp(1), |t| async move { Ok::<_, Status>(format!("ran with {t}")) })
+        .execute(&s, fp(1), |t| async move {
+            Ok::<_, Status>(format!("ran with {t}"))
+        })
         .await
         .unwrap();
-    assert_eq!((first.kind(), first.source()), (OutcomeKind::Executed, Source::ThisInstance));
+    assert_eq!(
+        (first.kind(), first.source()),
+        (OutcomeKind::Executed, Source::ThisInstance)
+    );
     assert!(first.fencing_token().unwrap().is_fenced());
 
     let other = b
-        .execute(&s, fp(1), |_| async { Ok::<_, Status>("must not run".into()) })
+        .execute(&s, fp(1), |_| async {
+            Ok::<_, Status>("must not run".into())
+        })
         .await
         .unwrap();
-    assert_eq!((other.kind(), other.source()), (OutcomeKind::Replayed, Source::OtherInstance));
+    assert_eq!(
+        (other.kind(), other.source()),
+        (OutcomeKind::Replayed, Source::OtherInstance)
+    );
     assert_eq!(other.value(), first.value());
 
     // Replays of results this instance holds: no Redis command at all.
@@ -52,9 +65,15 @@ async fn d1_other_instance_replays_and_local_replay_costs_no_round_trip() {
     let before_a = a.remote().commands_sent();
     let before_b = b.remote().commands_sent();
     for _ in 0..100 {
-        let r = a.execute(&s, fp(1), |_| async { Ok::<_, Status>("x".into()) }).await.unwrap();
+        let r = a
+            .execute(&s, fp(1), |_| async { Ok::<_, Status>("x".into()) })
+            .await
+            .unwrap();
         assert_eq!(r.kind(), OutcomeKind::Replayed);
-        let r = b.execute(&s, fp(1), |_| async { Ok::<_, Status>("x".into()) }).await.unwrap();
+        let r = b
+            .execute(&s, fp(1), |_| async { Ok::<_, Status>("x".into()) })
+            .await
+            .unwrap();
         assert_eq!(r.kind(), OutcomeKind::Replayed);
     }
     assert_eq!(a.remote().commands_sent(), before_a);

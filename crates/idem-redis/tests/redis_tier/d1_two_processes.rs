@@ -11,7 +11,10 @@ use crate::{engine, fp, scope, tier};
 const INTENTS: usize = 1_000;
 
 fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -66,8 +69,15 @@ async fn d1_two_processes_one_side_effect_per_intent() {
         results.push(mine);
     }
     for i in 0..INTENTS {
-        assert_eq!(executed.get(&i).copied(), Some(1), "intent {i}: side effects");
-        assert_eq!(results[0][&i], results[1][&i], "intent {i}: both processes got one value");
+        assert_eq!(
+            executed.get(&i).copied(),
+            Some(1),
+            "intent {i}: side effects"
+        );
+        assert_eq!(
+            results[0][&i], results[1][&i],
+            "intent {i}: both processes got one value"
+        );
     }
     assert_eq!(executed.values().sum::<u32>() as usize, INTENTS);
 }
@@ -76,8 +86,9 @@ async fn d1_two_processes_one_side_effect_per_intent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a child process of d1_two_processes_one_side_effect_per_intent"]
 async fn worker_process() {
-    let id = std::env::var("IDEM_D1_WORKER")
-        .expect("run as a child of d1_two_processes_one_side_effect_per_intent (IDEM_D1_WORKER unset)");
+    let id = std::env::var("IDEM_D1_WORKER").expect(
+        "run as a child of d1_two_processes_one_side_effect_per_intent (IDEM_D1_WORKER unset)",
+    );
     let url = std::env::var("IDEM_D1_URL").unwrap();
     let start_at: u64 = std::env::var("IDEM_D1_START_MS").unwrap().parse().unwrap();
     let e = engine(tier(&url).await);

@@ -80,8 +80,14 @@ async fn d2_lease_lapse_fences_out_the_stalled_holder() {
     assert_eq!(late.code(), Code::Aborted, "{late}");
     assert_eq!(late.reason(), Some(Reason::new("FENCED_OUT")));
     assert_eq!(a.stats().fenced_out, 1);
-    let (ta, tn) = (token_a.load(Ordering::SeqCst), token_new.load(Ordering::SeqCst));
-    assert!(ta < tn, "stale token {ta} must be lower than the new holder's {tn}");
+    let (ta, tn) = (
+        token_a.load(Ordering::SeqCst),
+        token_new.load(Ordering::SeqCst),
+    );
+    assert!(
+        ta < tn,
+        "stale token {ta} must be lower than the new holder's {tn}"
+    );
 
     // Everyone, A included, now gets the new holder's result.
     for e in [&a, &b, &c] {

@@ -14,7 +14,10 @@ async fn cluster_engine(urls: &[String]) -> TieredEngine<String> {
         .connect_cluster(&nodes)
         .await
         .expect("connect to the test cluster");
-    TieredEngine::<String>::builder(tier).local_shards(2).build().unwrap()
+    TieredEngine::<String>::builder(tier)
+        .local_shards(2)
+        .build()
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -33,8 +36,14 @@ async fn d3_cluster_two_engines_one_side_effect_per_intent() {
     // Scopes whose tenant holds braces still land in one slot per scope (scripts would fail
     // with CROSSSLOT otherwise).
     let s = idem_core::Scope::parse("ten{a}nt", "/x}{y", "brace-key-0001").unwrap();
-    let r = a.execute(&s, fp(0), |_| async { Ok::<_, Status>("ok".into()) }).await.unwrap();
-    let again = b.execute(&s, fp(0), |_| async { Ok::<_, Status>("no".into()) }).await.unwrap();
+    let r = a
+        .execute(&s, fp(0), |_| async { Ok::<_, Status>("ok".into()) })
+        .await
+        .unwrap();
+    let again = b
+        .execute(&s, fp(0), |_| async { Ok::<_, Status>("no".into()) })
+        .await
+        .unwrap();
     assert_eq!(r.value(), again.value());
     let _ = scope;
 }

@@ -82,7 +82,11 @@ async fn d3_redis_killed_fails_closed_then_resumes_after_restart() {
         call(if i % 2 == 0 { &b } else { &a }, i).await.unwrap();
         call(if i % 2 == 0 { &a } else { &b }, i).await.unwrap();
     }
-    assert_eq!(runs.load(Ordering::SeqCst), before + 40, "each retried intent ran once");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        before + 40,
+        "each retried intent ran once"
+    );
     eprintln!("d3: {failed} of 200 calls in flight at the kill failed closed");
 }
 
@@ -96,7 +100,9 @@ async fn d3_fail_open_only_by_opt_in_and_counted() {
         .unwrap();
     redis.kill();
     let e = closed
-        .execute(&scope("d3-open", 1), fp(1), |_| async { Ok::<_, Status>("no".into()) })
+        .execute(&scope("d3-open", 1), fp(1), |_| async {
+            Ok::<_, Status>("no".into())
+        })
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::Unavailable);

@@ -38,7 +38,12 @@ pub fn engine(tier: RedisTier) -> TieredEngine<String> {
 
 /// A scope for intent `i` of a run.
 pub fn scope(run: &str, i: usize) -> Scope {
-    Scope::parse("tenant-1", "/shop.v1.Shop/CreateOrder", &format!("{run}-{i:06}")).unwrap()
+    Scope::parse(
+        "tenant-1",
+        "/shop.v1.Shop/CreateOrder",
+        &format!("{run}-{i:06}"),
+    )
+    .unwrap()
 }
 
 /// The fingerprint every copy of intent `i` carries.

@@ -43,3 +43,66 @@ pub async fn eventually(what: &str, cond: impl Fn() -> bool) {
         tokio::task::yield_now().await;
     }
 }
+
+/// A spawned `execute` call.
+pub type Call<V> = tokio::task::JoinHandle<Result<idem_dedup::Outcome<V>, idem_dedup::DedupError>>;
+
+/// Spawns a call for (`s`, `body`) whose action (if it leads) returns `value` at once.
+pub fn spawn_call<V: Clone + Send + Sync + 'static>(
+    engine: &idem_dedup::Engine<V>,
+    s: &Scope,
+    body: &'static str,
+    value: V,
+) -> Call<V> {
+    let (engine, s) = (engine.clone(), s.clone());
+    tokio::spawn(async move {
+        engine
+            .execute(&s, fp(body), move || async move { Ok(value) })
+            .await
+    })
+}
+
+/// Spawns a leader whose action waits for the returned sender, then returns `finish()` (which may
+/// fail or panic); returns once its run is in flight, so later calls join it.
+pub async fn gated_leader<V, F>(
+    engine: &idem_dedup::Engine<V>,
+    s: &Scope,
+    body: &'static str,
+    finish: F,
+) -> (Call<V>, tokio::sync::oneshot::Sender<()>)
+where
+    V: Clone + Send + Sync + 'static,
+    F: FnOnce() -> Result<V, idem_core::Status> + Send + 'static,
+{
+    let (release, gate) = tokio::sync::oneshot::channel::<()>();
+    let executed = engine.stats().outcomes.executed;
+    let (e, s) = (engine.clone(), s.clone());
+    let call = tokio::spawn(async move {
+        e.execute(&s, fp(body), move || async move {
+            gate.await.ok();
+            finish()
+        })
+        .await
+    });
+    eventually("leader in flight", || {
+        engine.stats().outcomes.executed > executed
+    })
+    .await;
+    (call, release)
+}
+
+/// Spawns `n` calls that join the run in flight for (`s`, `body`); returns once all have joined.
+pub async fn joiners<V: Clone + Send + Sync + 'static>(
+    engine: &idem_dedup::Engine<V>,
+    s: &Scope,
+    body: &'static str,
+    n: u64,
+    value: V,
+) -> Vec<Call<V>> {
+    let joined = engine.stats().outcomes.joined;
+    let calls = (0..n)
+        .map(|_| spawn_call(engine, s, body, value.clone()))
+        .collect();
+    eventually("joined", || engine.stats().outcomes.joined == joined + n).await;
+    calls
+}

@@ -5,10 +5,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{eventually, fp, nth_scope, scope, Runs};
+use common::{eventually, fp, gated_leader, joiners, nth_scope, scope, Runs};
 use idem_core::Code;
 use idem_dedup::{DedupError, Engine, InFlightPolicy, OutcomeKind};
-use tokio::sync::oneshot;
 
 #[tokio::test]
 async fn e1_first_call_executes_later_calls_replay() {
@@ -114,30 +113,9 @@ async fn e1_ten_thousand_distinct_scopes_run_ten_thousand_times() {
 #[tokio::test]
 async fn e1_joined_callers_share_the_leaders_result() {
     let engine = Engine::<u32>::builder().build().unwrap();
-    let (release, gate) = oneshot::channel::<()>();
     let s = scope("order-0002");
-    let leader = {
-        let (engine, s) = (engine.clone(), s.clone());
-        tokio::spawn(async move {
-            engine
-                .execute(&s, fp("a"), || async move {
-                    gate.await.ok();
-                    Ok(42)
-                })
-                .await
-        })
-    };
-    // Wait until the leader is in flight, then join.
-    while engine.stats().in_flight == 0 {
-        tokio::task::yield_now().await;
-    }
-    let joiner = {
-        let (engine, s) = (engine.clone(), s.clone());
-        tokio::spawn(async move { engine.execute(&s, fp("a"), || async { Ok(0) }).await })
-    };
-    while engine.stats().outcomes.joined == 0 {
-        tokio::task::yield_now().await;
-    }
+    let (leader, release) = gated_leader(&engine, &s, "a", || Ok(42)).await;
+    let joiner = joiners(&engine, &s, "a", 1, 0).await.remove(0);
     release.send(()).unwrap();
     let l = leader.await.unwrap().unwrap();
     let j = joiner.await.unwrap().unwrap();
@@ -174,22 +152,8 @@ async fn k4_same_scope_other_fingerprint_conflicts_when_completed() {
 #[tokio::test]
 async fn k4_same_scope_other_fingerprint_conflicts_while_in_flight() {
     let engine = Engine::<u32>::builder().build().unwrap();
-    let (release, gate) = oneshot::channel::<()>();
     let s = scope("order-0004");
-    let leader = {
-        let (engine, s) = (engine.clone(), s.clone());
-        tokio::spawn(async move {
-            engine
-                .execute(&s, fp("qty=1"), || async move {
-                    gate.await.ok();
-                    Ok(1)
-                })
-                .await
-        })
-    };
-    while engine.stats().in_flight == 0 {
-        tokio::task::yield_now().await;
-    }
+    let (leader, release) = gated_leader(&engine, &s, "qty=1", || Ok(1)).await;
     let runs = Runs::default();
     let r = runs.clone();
     let err = engine
@@ -233,22 +197,8 @@ async fn e14_reject_policy_answers_aborted_at_once() {
         .retry_after(Duration::from_millis(250))
         .build()
         .unwrap();
-    let (release, gate) = oneshot::channel::<()>();
     let s = scope("order-0006");
-    let leader = {
-        let (engine, s) = (engine.clone(), s.clone());
-        tokio::spawn(async move {
-            engine
-                .execute(&s, fp("a"), || async move {
-                    gate.await.ok();
-                    Ok(5)
-                })
-                .await
-        })
-    };
-    while engine.stats().in_flight == 0 {
-        tokio::task::yield_now().await;
-    }
+    let (leader, release) = gated_leader(&engine, &s, "a", || Ok(5)).await;
     let err = engine
         .execute(&s, fp("a"), || async { Ok(6) })
         .await

@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually, fp, scope, Runs};
+use common::{eventually, fp, gated_leader, joiners, scope, Runs};
 use idem_core::{Code, CodeSet, Status};
 use idem_dedup::{DedupError, Engine, EntryState, OutcomeKind};
 use tokio::time::advance;
@@ -92,28 +92,13 @@ async fn e3_failure_is_not_cached_and_every_waiter_gets_it() {
     let engine = Engine::<u32>::builder().build().unwrap();
     let s = scope("order-fail-1");
     let runs = Runs::default();
-    let (release, gate) = tokio::sync::oneshot::channel::<()>();
     let r = runs.clone();
-    let leader = {
-        let (engine, s) = (engine.clone(), s.clone());
-        tokio::spawn(async move {
-            engine
-                .execute(&s, fp("a"), move || async move {
-                    r.hit();
-                    gate.await.ok();
-                    Err(Status::new(Code::Unavailable, "db down"))
-                })
-                .await
-        })
-    };
-    eventually("in flight", || engine.stats().in_flight == 1).await;
-    let waiters: Vec<_> = (0..5)
-        .map(|_| {
-            let (engine, s) = (engine.clone(), s.clone());
-            tokio::spawn(async move { engine.execute(&s, fp("a"), || async { Ok(9) }).await })
-        })
-        .collect();
-    eventually("joined", || engine.stats().outcomes.joined == 5).await;
+    let (leader, release) = gated_leader(&engine, &s, "a", move || {
+        r.hit();
+        Err(Status::new(Code::Unavailable, "db down"))
+    })
+    .await;
+    let waiters = joiners(&engine, &s, "a", 5, 9).await;
     release.send(()).unwrap();
     let err = leader.await.unwrap().unwrap_err();
     assert!(matches!(
@@ -226,24 +211,8 @@ async fn e3_e13_forget_removes_a_stored_result() {
 async fn e13_forget_in_flight_releases_waiters_and_lookup_shows_state() {
     let engine = Engine::<u32>::builder().build().unwrap();
     let s = scope("order-forget-2");
-    let (release, gate) = tokio::sync::oneshot::channel::<()>();
-    let leader = {
-        let (engine, s) = (engine.clone(), s.clone());
-        tokio::spawn(async move {
-            engine
-                .execute(&s, fp("a"), || async move {
-                    gate.await.ok();
-                    Ok(1)
-                })
-                .await
-        })
-    };
-    eventually("in flight", || engine.stats().in_flight == 1).await;
-    let waiter = {
-        let (engine, s) = (engine.clone(), s.clone());
-        tokio::spawn(async move { engine.execute(&s, fp("a"), || async { Ok(2) }).await })
-    };
-    eventually("joined", || engine.stats().outcomes.joined == 1).await;
+    let (leader, release) = gated_leader(&engine, &s, "a", || Ok(1)).await;
+    let waiter = joiners(&engine, &s, "a", 1, 2).await.remove(0);
     let info = engine.lookup(&s).await.unwrap().unwrap();
     assert_eq!(info.state, EntryState::InFlight { waiters: 1 });
     assert_eq!(info.expires_in, None);

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually, fp, nth_scope, scope, Runs};
+use common::{eventually, fp, gated_leader, joiners, nth_scope, scope, Runs};
 use idem_core::{Code, Deadline};
 use idem_dedup::{DedupError, Engine, OutcomeKind};
 use tokio::sync::oneshot;
@@ -60,24 +60,8 @@ async fn e4_panicking_action_is_internal_and_the_shard_keeps_serving() {
 async fn e4_waiters_of_a_panicking_run_get_internal() {
     let engine = Engine::<u32>::builder().shards(1).build().unwrap();
     let s = scope("order-panic-3");
-    let (release, gate) = oneshot::channel::<()>();
-    let leader = {
-        let (engine, s) = (engine.clone(), s.clone());
-        tokio::spawn(async move {
-            engine
-                .execute(&s, fp("a"), || async move {
-                    gate.await.ok();
-                    panic!("late boom")
-                })
-                .await
-        })
-    };
-    eventually("in flight", || engine.stats().in_flight == 1).await;
-    let waiter = {
-        let (engine, s) = (engine.clone(), s.clone());
-        tokio::spawn(async move { engine.execute(&s, fp("a"), || async { Ok(1) }).await })
-    };
-    eventually("joined", || engine.stats().outcomes.joined == 1).await;
+    let (leader, release) = gated_leader(&engine, &s, "a", || panic!("late boom")).await;
+    let waiter = joiners(&engine, &s, "a", 1, 1).await.remove(0);
     release.send(()).unwrap();
     assert_eq!(leader.await.unwrap().unwrap_err().code(), Code::Internal);
     assert_eq!(waiter.await.unwrap().unwrap_err().code(), Code::Internal);

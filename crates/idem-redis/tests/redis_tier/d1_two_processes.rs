@@ -19,6 +19,10 @@ fn now_ms() -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d1_two_processes_one_side_effect_per_intent() {
+    // The same test, re-executed as a child process, is one of the two workers.
+    if let Ok(id) = std::env::var("IDEM_D1_WORKER") {
+        return worker_process(id).await;
+    }
     let redis = RedisServer::start().await;
     let exe = std::env::current_exe().expect("test binary path");
     // Both processes start sending at the same moment (after their start-up).
@@ -27,7 +31,10 @@ async fn d1_two_processes_one_side_effect_per_intent() {
         .iter()
         .map(|id| {
             tokio::process::Command::new(&exe)
-                .args(["d1_two_processes::worker_process", "--exact", "--ignored"])
+                .args([
+                    "d1_two_processes::d1_two_processes_one_side_effect_per_intent",
+                    "--exact",
+                ])
                 .args(["--nocapture", "--test-threads=1"])
                 .env("IDEM_D1_WORKER", id)
                 .env("IDEM_D1_URL", redis.url())
@@ -82,13 +89,8 @@ async fn d1_two_processes_one_side_effect_per_intent() {
     assert_eq!(executed.values().sum::<u32>() as usize, INTENTS);
 }
 
-/// One of the two processes; run only by the test above.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a child process of d1_two_processes_one_side_effect_per_intent"]
-async fn worker_process() {
-    let id = std::env::var("IDEM_D1_WORKER").expect(
-        "run as a child of d1_two_processes_one_side_effect_per_intent (IDEM_D1_WORKER unset)",
-    );
+/// One of the two processes: the test above, run again by itself with `IDEM_D1_WORKER` set.
+async fn worker_process(id: String) {
     let url = std::env::var("IDEM_D1_URL").unwrap();
     let start_at: u64 = std::env::var("IDEM_D1_START_MS").unwrap().parse().unwrap();
     let e = engine(tier(&url).await);

@@ -45,7 +45,7 @@
 //! their result) and an ordered timer queue of leases and expiries (one `tokio` sleep per shard).
 //! Callers reach it through a bounded mailbox that the shard drains in batches; a full mailbox
 //! makes callers wait asynchronously. No map is shared, no lock is held across an `.await`, and no
-//! executor thread ever blocks (`std::thread::sleep` and blocking receives are banned by the
+//! executor thread ever blocks (sleeping a thread and blocking receives are banned by the
 //! workspace's clippy config).
 //!
 //! The action itself runs in the leader's own call, not in a spawned task: a spawn per action cost

@@ -110,7 +110,7 @@
 //!
 //! # Why the retrier never sleeps (SPEC R4)
 //!
-//! It runs on executor threads shared with many other tasks; `std::thread::sleep` would stall them
+//! It runs on executor threads shared with many other tasks; putting the thread to sleep would stall them
 //! all for the whole backoff (the workspace's clippy config bans it). Every wait is a future from a
 //! [`Scheduler`] — tokio's timer by default ([`TokioScheduler`]), a [`VirtualScheduler`] in tests,
 //! which runs a whole retry sequence instantly and records each delay.

@@ -2,8 +2,8 @@
 //!
 //! # Why the retrier never sleeps
 //!
-//! A retrier runs on an executor thread shared with hundreds of other tasks. `std::thread::sleep`
-//! there would freeze all of them for the whole backoff (the clippy config bans it). Instead every
+//! A retrier runs on an executor thread shared with hundreds of other tasks. Putting that thread
+//! to sleep would freeze all of them for the whole backoff (the clippy config bans it). Instead every
 //! wait is a future handed out by a [`Scheduler`]: while it is pending the thread runs other tasks.
 //! The indirection also lets tests swap real time for a [`VirtualScheduler`] and run a whole retry
 //! sequence instantly while checking each delay.

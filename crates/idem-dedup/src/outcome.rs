@@ -77,9 +77,9 @@ impl<V> Outcome<V> {
         self.kind != OutcomeKind::Executed
     }
 
-    /// When the stored result expires (tokio clock). For [`OutcomeKind::Executed`] this is the
-    /// leader's estimate (its own completion time + TTL); the shard's record may be a few
-    /// microseconds later.
+    /// When the stored result expires (tokio clock): the action's completion + TTL, the same
+    /// instant for the leader, its joiners and every replay (to the nanosecond of the shard's
+    /// record).
     pub fn expires_at(&self) -> Instant {
         self.expires_at
     }

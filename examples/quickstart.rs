@@ -88,8 +88,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         out.value()
     );
 
-    // 7. Stats, read without touching the shards' mailboxes.
-    tokio::task::yield_now().await;
+    // 7. An operator's look-up (it goes through the shard's mailbox, behind the completion that
+    //    the leader sent as its call returned), then stats, read without touching any mailbox
+    //    (shards publish them after each batch).
+    let info = engine.lookup(&scope).await?;
+    println!("lookup: {info:?}");
+    while engine.stats().in_flight > 0 {
+        tokio::task::yield_now().await;
+    }
     let st = engine.stats();
     let o = st.outcomes;
     println!(

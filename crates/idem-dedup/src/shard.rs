@@ -134,7 +134,10 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                 fingerprint,
                 reply,
             } => self.on_begin(hash, scope, fingerprint, reply),
-            Msg::Complete { hash, token, end } => self.on_complete(hash, token, end),
+            Msg::Complete { hash, token, end } => {
+                self.on_complete(hash, token, end);
+                self.trim_leases();
+            }
             Msg::Lookup { hash, scope, reply } => {
                 let now = self.core.clock.now();
                 let cfg = &self.core.cfg;
@@ -318,6 +321,22 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         }
         core.tally.in_flight -= 1;
         core.tally.completed += 1;
+    }
+
+    /// Drops the lease items of runs that already ended from the front of the lease queue, so a
+    /// finished run does not keep its 16 bytes until its lease would have run out. Runs mostly end
+    /// in the order they started, so the front is usually the run that just completed.
+    fn trim_leases(&mut self) {
+        while let Some((hash, token)) = self.core.wheel.front(Kind::Lease) {
+            let live = self
+                .table
+                .find(hash, |e| e.token == token)
+                .is_some_and(|e| matches!(e.state, State::InFlight(_)));
+            if live {
+                break;
+            }
+            self.core.wheel.pop(Kind::Lease);
+        }
     }
 
     /// Timers are due: removes every entry whose lease or expiry has passed, drops stale queue

@@ -287,10 +287,10 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         let mut run = Run::new(
             fut,
             inner.cfg.in_flight_timeout,
-            tx.clone(),
+            tx,
             hash,
             token,
-            inner.handle.clone(),
+            &inner.handle,
         );
         let end = match deadline {
             None => run.drive().await,

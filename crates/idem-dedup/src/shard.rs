@@ -446,10 +446,10 @@ impl Core {
             token,
             scope,
             fingerprint,
-            state: State::InFlight(Box::new(InFlight {
+            state: State::InFlight(InFlight {
                 started,
                 waiters: Vec::new(),
-            })),
+            }),
         });
         self.tally.executed += 1;
         self.tally.in_flight += 1;

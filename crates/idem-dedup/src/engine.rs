@@ -345,7 +345,11 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         scope: &Scope,
         fingerprint: Fingerprint,
     ) -> Option<Outcome<V>> {
-        let table = self.inner.tables[index].try_read()?;
+        let table = match self.inner.tables[index].try_read() {
+            Ok(guard) => guard,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
         let e = table.find(hash, |e| e.scope == *scope)?;
         let State::Done {
             result: Ok(v),

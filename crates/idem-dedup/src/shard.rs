@@ -1,12 +1,12 @@
 //! The shard actor: the only code that writes a shard's map and timer wheel (SPEC E8).
 
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, TryLockError};
 use std::time::Duration;
 
 use hashbrown::hash_table::{Entry as Slot, HashTable, VacantEntry};
 use idem_core::{Fingerprint, Scope};
-use parking_lot::{RwLock, RwLockWriteGuard};
+use crossbeam_utils::sync::{ShardedLock, ShardedLockWriteGuard};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{Config, InFlightPolicy};
@@ -20,7 +20,12 @@ use crate::{DedupError, Outcome, OutcomeKind};
 /// A shard's table, shared for reading. Only the shard actor writes it; it takes the write lock for
 /// one synchronous batch at a time (never across an `.await`), and callers take `try_read` to
 /// replay a stored result without sending a message (see `Engine::replay_fast`).
-pub(crate) type SharedTable<V> = Arc<RwLock<HashTable<Entry<V>>>>;
+///
+/// The lock is sharded by reader thread (`crossbeam_utils::sync::ShardedLock`: one cache-padded
+/// lock per thread slot): a replay's read lock is an atomic update on a line its own worker
+/// thread owns, where a single `RwLock` word bounced between the workers on every replay. The
+/// actor pays for it once per batch, taking every slot's write lock.
+pub(crate) type SharedTable<V> = Arc<ShardedLock<HashTable<Entry<V>>>>;
 
 pub(crate) struct Shard<V> {
     index: usize,
@@ -476,11 +481,14 @@ fn nanos(d: Duration) -> Nanos {
 
 /// Takes the table's write lock without ever blocking the thread: readers hold it for a few
 /// nanoseconds (one lookup and a clone), so spin briefly, then yield to the scheduler and retry.
-async fn write_lock<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+async fn write_lock<T>(lock: &ShardedLock<T>) -> ShardedLockWriteGuard<'_, T> {
     loop {
         for _ in 0..64 {
-            if let Some(guard) = lock.try_write() {
-                return guard;
+            match lock.try_write() {
+                Ok(guard) => return guard,
+                // Nothing panics while holding it, and a table is valid between batches anyway.
+                Err(TryLockError::Poisoned(p)) => return p.into_inner(),
+                Err(TryLockError::WouldBlock) => {}
             }
             std::hint::spin_loop();
         }

@@ -350,7 +350,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return None,
         };
-        let e = table.find(hash, |e| e.scope == *scope)?;
+        let e = table.find(hash, |e| e.scope.is(scope))?;
         let State::Done {
             result: Ok(v),
             expires,

@@ -11,19 +11,67 @@ use crate::wheel::Nanos;
 
 /// One scope's record in a shard's map: in flight (with its waiters) or completed (with its result).
 ///
-/// Kept small, since a completed entry lives for the whole TTL: no timer handle (the timer queues
-/// hold `(hash, token)` instead) and the expiry as 8 bytes of [`Nanos`]. The in-flight part
+/// The table holds a `Box` per entry, not the entry itself: a hashbrown table keeps between 1.14
+/// and 2.3 slots per entry (it doubles at 7/8 full), so an 8-byte slot instead of the whole record
+/// is what keeps a completed entry small at any table size (SPEC E7). The box carries the scope's
+/// bytes inline when they fit ([`StoredScope`]), so a replay's comparison reads the same
+/// allocation as its result instead of following the scope's own pointer.
+///
+/// Also kept small, since a completed entry lives for the whole TTL: no timer handle (the timer
+/// queues hold `(hash, token)` instead) and the expiry as 8 bytes of [`Nanos`]. The in-flight part
 /// (start time and an empty-until-joined `Vec` of waiters) is no larger than a stored result, so
-/// it sits in the entry unboxed: a new key costs no allocation for it. The hash is kept (8 bytes) so the table never re-runs SipHash over the scope when it
-/// grows: that rehash cost ~400 instructions per new key, about a tenth of the new-key path.
+/// it sits in the entry unboxed: a new key costs no allocation for it. The hash is kept (8 bytes)
+/// so the table never re-runs SipHash over the scope when it grows: that rehash cost ~400
+/// instructions per new key, about a tenth of the new-key path.
 pub(crate) struct Entry<V> {
     /// The scope's keyed hash, computed once by the caller.
     pub(crate) hash: u64,
     /// Identifies this run; a `Complete` or timer for an older run of the same scope is ignored.
     pub(crate) token: u64,
-    pub(crate) scope: Scope,
+    pub(crate) scope: StoredScope,
     pub(crate) fingerprint: Fingerprint,
     pub(crate) state: State<V>,
+}
+
+/// Bytes of a scope encoding that fit in an entry (86: with the enum's tag and length byte the
+/// field is 88 bytes and the whole entry 152, one allocator size class). A scope of a 36-character
+/// UUID key, a 12-byte tenant and a method up to 34 bytes fits; a longer one keeps a reference to
+/// the caller's shared bytes instead (16 bytes here, its own allocation elsewhere).
+pub(crate) const INLINE_SCOPE: usize = 86;
+
+/// A scope as an entry keeps it: its encoded bytes inline when they fit, else the shared bytes.
+/// Either way it is stored once (the caller's `Scope` is released when its request ends).
+pub(crate) enum StoredScope {
+    /// `bytes[..len]` is the encoding.
+    Inline { len: u8, bytes: [u8; INLINE_SCOPE] },
+    /// Too long to inline.
+    Shared(Scope),
+}
+
+impl StoredScope {
+    pub(crate) fn new(scope: Scope) -> Self {
+        let enc = scope.as_bytes();
+        match u8::try_from(enc.len()) {
+            Ok(len) if enc.len() <= INLINE_SCOPE => {
+                let mut bytes = [0; INLINE_SCOPE];
+                bytes[..enc.len()].copy_from_slice(enc);
+                StoredScope::Inline { len, bytes }
+            }
+            _ => StoredScope::Shared(scope),
+        }
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        match self {
+            StoredScope::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            StoredScope::Shared(scope) => scope.as_bytes(),
+        }
+    }
+
+    /// Whether this is `scope` (the same encoded bytes; SPEC K3 makes the encoding injective).
+    pub(crate) fn is(&self, scope: &Scope) -> bool {
+        self.as_bytes() == scope.as_bytes()
+    }
 }
 
 pub(crate) enum State<V> {
@@ -102,11 +150,41 @@ impl<V> Entry<V> {
 mod tests {
     use super::*;
 
-    /// E7: what a table slot costs. The in-flight part is unboxed only because it fits in the
-    /// space a stored result takes anyway; this pins that.
+    /// E7: what an entry's box costs. The in-flight part is unboxed only because it fits in the
+    /// space a stored result takes anyway, and the inline scope is sized to land on 152 bytes;
+    /// this pins both.
     #[test]
-    fn e7_entry_is_eighty_bytes_for_an_arc_value() {
-        assert_eq!(std::mem::size_of::<Entry<Arc<[u8]>>>(), 80);
-        assert_eq!(std::mem::size_of::<Entry<u64>>(), 80);
+    fn e7_entry_is_152_bytes_for_an_arc_value() {
+        assert_eq!(std::mem::size_of::<StoredScope>(), 88);
+        assert_eq!(std::mem::size_of::<Entry<Arc<[u8]>>>(), 152);
+        assert_eq!(std::mem::size_of::<Entry<u64>>(), 152);
+    }
+
+    fn scope(tenant: &str, method: &str, key: &str) -> Scope {
+        Scope::parse(tenant, method, key).expect("valid scope")
+    }
+
+    /// K3/E8: an entry's scope compares by the encoded bytes, inline or shared, at and around the
+    /// inline limit, and never equals another scope.
+    #[test]
+    fn k3_stored_scope_inline_and_shared_compare_by_bytes() {
+        // 2 + tenant + 2 + method + key bytes: a 64-byte key (K1's longest) and a method that
+        // brings the encoding to the limit, then one byte over it.
+        let key = "k".repeat(64);
+        let method = |n: usize| "m".repeat(n);
+        let fits = scope("t", &method(INLINE_SCOPE - 64 - 5), &key);
+        let over = scope("t", &method(INLINE_SCOPE - 64 - 4), &key);
+        assert_eq!(fits.as_bytes().len(), INLINE_SCOPE);
+        let (a, b) = (StoredScope::new(fits.clone()), StoredScope::new(over.clone()));
+        assert!(matches!(a, StoredScope::Inline { .. }));
+        assert!(matches!(b, StoredScope::Shared(_)));
+        assert!(a.is(&fits) && !a.is(&over));
+        assert!(b.is(&over) && !b.is(&fits));
+        assert_eq!(a.as_bytes(), fits.as_bytes());
+        // Same bytes split differently over tenant and method are other scopes (K3).
+        let x = scope("ab", "c", "key-0001");
+        let y = scope("a", "bc", "key-0001");
+        assert!(StoredScope::new(x.clone()).is(&x));
+        assert!(!StoredScope::new(x).is(&y));
     }
 }

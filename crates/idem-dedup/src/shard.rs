@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{Config, InFlightPolicy};
 use crate::engine::Shared;
-use crate::entry::{Entry, InFlight, State};
+use crate::entry::{Entry, InFlight, State, StoredScope};
 use crate::message::{Msg, Reply, RunEnd};
 use crate::tally::{Publisher, Tally};
 use crate::wheel::{Clock, Kind, Nanos, Wheel};
@@ -25,14 +25,14 @@ use crate::{DedupError, Outcome, OutcomeKind};
 /// lock per thread slot): a replay's read lock is an atomic update on a line its own worker
 /// thread owns, where a single `RwLock` word bounced between the workers on every replay. The
 /// actor pays for it once per batch, taking every slot's write lock.
-pub(crate) type SharedTable<V> = Arc<ShardedLock<HashTable<Entry<V>>>>;
+pub(crate) type SharedTable<V> = Arc<ShardedLock<HashTable<Box<Entry<V>>>>>;
 
 pub(crate) struct Shard<V> {
     index: usize,
     rx: mpsc::Receiver<Msg<V>>,
     /// The table while the actor holds the write lock; empty otherwise (swapped in and out, which
     /// moves a few words, not the entries).
-    table: HashTable<Entry<V>>,
+    table: HashTable<Box<Entry<V>>>,
     published: SharedTable<V>,
     core: Core,
     publisher: Publisher,
@@ -148,13 +148,13 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                 let cfg = &self.core.cfg;
                 let info = self
                     .table
-                    .find(hash, |e| e.scope == scope)
+                    .find(hash, |e| e.scope.is(&scope))
                     .filter(|e| !e.is_expired(now))
                     .map(|e| e.info(now, cfg.ttl, cfg.failure_ttl));
                 let _ = reply.send(info);
             }
             Msg::Forget { hash, scope, reply } => {
-                let found = match self.table.find_entry(hash, |e| e.scope == scope) {
+                let found = match self.table.find_entry(hash, |e| e.scope.is(&scope)) {
                     Ok(occ) => {
                         let (e, _) = occ.remove();
                         if matches!(e.state, State::InFlight(_)) {
@@ -182,7 +182,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
     ) {
         let slot = self
             .table
-            .entry(hash, |e| e.scope == scope, |e: &Entry<V>| e.hash);
+            .entry(hash, |e| e.scope.is(&scope), |e: &Box<Entry<V>>| e.hash);
         let mut occ = match slot {
             Slot::Vacant(vacant) => {
                 self.core
@@ -415,7 +415,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
 impl Core {
     fn begin_vacant<V>(
         &mut self,
-        vacant: VacantEntry<'_, Entry<V>>,
+        vacant: VacantEntry<'_, Box<Entry<V>>>,
         hash: u64,
         scope: Scope,
         fingerprint: Fingerprint,
@@ -446,22 +446,22 @@ impl Core {
             hash,
             token,
         );
-        vacant.insert(Entry {
+        vacant.insert(Box::new(Entry {
             hash,
             token,
-            scope,
+            scope: StoredScope::new(scope),
             fingerprint,
             state: State::InFlight(InFlight {
                 started,
                 waiters: Vec::new(),
             }),
-        });
+        }));
         self.tally.executed += 1;
         self.tally.in_flight += 1;
     }
 
     /// Accounts for a removed entry; an in-flight one's waiters get `err()`.
-    fn release<V>(&mut self, e: Entry<V>, err: impl Fn() -> DedupError) {
+    fn release<V>(&mut self, e: Box<Entry<V>>, err: impl Fn() -> DedupError) {
         self.shared.entries.fetch_sub(1, Relaxed);
         match e.state {
             State::InFlight(f) => {

@@ -240,3 +240,49 @@ async fn e14_wait_is_the_default_policy() {
     let b = b.unwrap();
     assert_eq!((b.kind(), *b.value()), (OutcomeKind::Joined, 1));
 }
+
+/// E1/K3/K4 with scopes too long to sit inline in an entry (they keep the caller's shared bytes)
+/// beside short ones: each runs once, joins, replays and conflicts exactly as a short one does,
+/// and scopes that differ only past the inline limit stay apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e1_long_scopes_run_once_replay_and_conflict_like_short_ones() {
+    let engine = Engine::<usize>::builder().shards(2).build().unwrap();
+    let method = format!("/{}/CreateOrder", "very.long.package.name".repeat(8));
+    let key = |i: usize| format!("{i:0>64}");
+    let long: Vec<_> = (0..64)
+        .map(|i| idem_core::Scope::parse("tenant-with-a-long-name", &method, &key(i)).unwrap())
+        .collect();
+    let short: Vec<_> = (0..64).map(|i| nth_scope(i as u64)).collect();
+    let runs = Runs::default();
+    let calls = long.iter().chain(&short).enumerate().flat_map(|(i, s)| {
+        let engine = &engine;
+        let runs = runs.clone();
+        (0..4).map(move |_| {
+            let r = runs.clone();
+            async move {
+                engine
+                    .execute(s, fp("body"), move || async move {
+                        r.hit();
+                        tokio::task::yield_now().await;
+                        Ok(i)
+                    })
+                    .await
+                    .map(|o| (i, *o.value()))
+            }
+        })
+    });
+    let results = futures::future::join_all(calls).await;
+    assert_eq!(runs.get(), 128, "one run per scope");
+    for r in results {
+        let (i, v) = r.unwrap();
+        assert_eq!(i, v, "every caller got its own scope's value");
+    }
+    for (i, s) in long.iter().chain(&short).enumerate() {
+        let again = engine.execute(s, fp("body"), || async { Ok(usize::MAX) });
+        let again = again.await.unwrap();
+        assert_eq!((again.kind(), *again.value()), (OutcomeKind::Replayed, i));
+        let other = engine.execute(s, fp("other body"), || async { Ok(0) });
+        assert!(matches!(other.await, Err(DedupError::Conflict)));
+    }
+    assert_eq!(runs.get(), 128);
+}

@@ -350,11 +350,12 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return None,
         };
-        let row = table.find(hash, |r| r.entry.scope.is(scope))?;
-        // The value sits in the table slot: its `Arc` count and the box are fetched in parallel.
-        let v = row.value.as_ref()?;
-        let e = &row.entry;
-        let State::Done { expires, .. } = &e.state else {
+        let e = table.find(hash, |e| e.scope.is(scope))?;
+        let State::Done {
+            result: Ok(v),
+            expires,
+        } = &e.state
+        else {
             return None;
         };
         let clock = &self.inner.shared.clock;

@@ -9,24 +9,13 @@ use tokio::sync::oneshot;
 use crate::message::Reply;
 use crate::wheel::Nanos;
 
-/// One slot of a shard's table: a stored success's value, and the rest of the record boxed.
-///
-/// Why split: a hashbrown table keeps between 1.14 and 2.3 slots per entry (it doubles at 7/8
-/// full), so a small slot is what keeps a completed entry small at any table size (SPEC E7); and
-/// a replay reads the slot's value and the box at the same time (both addresses come from the
-/// slot), instead of reaching the value only through the box. For an `Arc` value the slot is 24
-/// bytes.
-pub(crate) struct Row<V> {
-    /// The stored success, `None` while in flight or for a cached failure.
-    pub(crate) value: Option<V>,
-    pub(crate) entry: Box<Entry<V>>,
-}
-
 /// One scope's record in a shard's map: in flight (with its waiters) or completed (with its result).
 ///
-/// Boxed behind a [`Row`]. The box carries the scope's bytes inline when they fit
-/// ([`StoredScope`]), so a replay's comparison reads the same allocation as the expiry and
-/// fingerprint instead of following the scope's own pointer.
+/// The table holds a `Box` per entry, not the entry itself: a hashbrown table keeps between 1.14
+/// and 2.3 slots per entry (it doubles at 7/8 full), so an 8-byte slot instead of the whole record
+/// is what keeps a completed entry small at any table size (SPEC E7). The box carries the scope's
+/// bytes inline when they fit ([`StoredScope`]), so a replay's comparison reads the same
+/// allocation as its result instead of following the scope's own pointer.
 ///
 /// Also kept small, since a completed entry lives for the whole TTL: no timer handle (the timer
 /// queues hold `(hash, token)` instead) and the expiry as 8 bytes of [`Nanos`]. The in-flight part
@@ -88,9 +77,8 @@ impl StoredScope {
 pub(crate) enum State<V> {
     InFlight(InFlight<V>),
     Done {
-        /// A cached failure (boxed behind an `Arc`); `None` for a success, whose value is in the
-        /// entry's [`Row`].
-        failure: Option<Arc<Status>>,
+        /// Failures are boxed behind an `Arc` so a stored success costs only `V`.
+        result: Result<V, Arc<Status>>,
         /// Exact expiry: completion + TTL (or the failure TTL).
         expires: Nanos,
     },
@@ -142,10 +130,10 @@ impl<V> Entry<V> {
                 age: Duration::from_nanos(now.saturating_sub(f.started)),
                 expires_in: None,
             },
-            State::Done { failure, expires } => {
-                let (state, ttl) = match failure {
-                    None => (EntryState::Completed, ttl),
-                    Some(s) => (EntryState::CachedFailure(s.code()), failure_ttl),
+            State::Done { result, expires } => {
+                let (state, ttl) = match result {
+                    Ok(_) => (EntryState::Completed, ttl),
+                    Err(s) => (EntryState::CachedFailure(s.code()), failure_ttl),
                 };
                 let completed = expires.saturating_sub(nanos(ttl));
                 EntryInfo {
@@ -162,15 +150,14 @@ impl<V> Entry<V> {
 mod tests {
     use super::*;
 
-    /// E7: what a table slot and an entry's box cost. The in-flight part is unboxed only because
-    /// it fits in the space a stored result takes anyway, and the inline scope is sized to land on
-    /// 152 bytes; this pins both.
+    /// E7: what an entry's box costs. The in-flight part is unboxed only because it fits in the
+    /// space a stored result takes anyway, and the inline scope is sized to land on 152 bytes;
+    /// this pins both.
     #[test]
     fn e7_entry_is_152_bytes_for_an_arc_value() {
         assert_eq!(std::mem::size_of::<StoredScope>(), 88);
         assert_eq!(std::mem::size_of::<Entry<Arc<[u8]>>>(), 152);
         assert_eq!(std::mem::size_of::<Entry<u64>>(), 152);
-        assert_eq!(std::mem::size_of::<Row<Arc<[u8]>>>(), 24);
     }
 
     fn scope(tenant: &str, method: &str, key: &str) -> Scope {

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{Config, InFlightPolicy};
 use crate::engine::Shared;
-use crate::entry::{Entry, InFlight, Row, State, StoredScope};
+use crate::entry::{Entry, InFlight, State, StoredScope};
 use crate::message::{Msg, Reply, RunEnd};
 use crate::tally::{Publisher, Tally};
 use crate::wheel::{Clock, Kind, Nanos, Wheel};
@@ -25,14 +25,14 @@ use crate::{DedupError, Outcome, OutcomeKind};
 /// lock per thread slot): a replay's read lock is an atomic update on a line its own worker
 /// thread owns, where a single `RwLock` word bounced between the workers on every replay. The
 /// actor pays for it once per batch, taking every slot's write lock.
-pub(crate) type SharedTable<V> = Arc<ShardedLock<HashTable<Row<V>>>>;
+pub(crate) type SharedTable<V> = Arc<ShardedLock<HashTable<Box<Entry<V>>>>>;
 
 pub(crate) struct Shard<V> {
     index: usize,
     rx: mpsc::Receiver<Msg<V>>,
     /// The table while the actor holds the write lock; empty otherwise (swapped in and out, which
     /// moves a few words, not the entries).
-    table: HashTable<Row<V>>,
+    table: HashTable<Box<Entry<V>>>,
     published: SharedTable<V>,
     core: Core,
     publisher: Publisher,
@@ -148,15 +148,15 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                 let cfg = &self.core.cfg;
                 let info = self
                     .table
-                    .find(hash, |r| r.entry.scope.is(&scope))
-                    .filter(|r| !r.entry.is_expired(now))
-                    .map(|r| r.entry.info(now, cfg.ttl, cfg.failure_ttl));
+                    .find(hash, |e| e.scope.is(&scope))
+                    .filter(|e| !e.is_expired(now))
+                    .map(|e| e.info(now, cfg.ttl, cfg.failure_ttl));
                 let _ = reply.send(info);
             }
             Msg::Forget { hash, scope, reply } => {
-                let found = match self.table.find_entry(hash, |r| r.entry.scope.is(&scope)) {
+                let found = match self.table.find_entry(hash, |e| e.scope.is(&scope)) {
                     Ok(occ) => {
-                        let (Row { entry: e, .. }, _) = occ.remove();
+                        let (e, _) = occ.remove();
                         if matches!(e.state, State::InFlight(_)) {
                             self.core.tally.abandoned += 1;
                         }
@@ -180,11 +180,9 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         fingerprint: Fingerprint,
         reply: oneshot::Sender<Reply<V>>,
     ) {
-        let slot = self.table.entry(
-            hash,
-            |r| r.entry.scope.is(&scope),
-            |r: &Row<V>| r.entry.hash,
-        );
+        let slot = self
+            .table
+            .entry(hash, |e| e.scope.is(&scope), |e: &Box<Entry<V>>| e.hash);
         let mut occ = match slot {
             Slot::Vacant(vacant) => {
                 self.core
@@ -195,7 +193,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         };
         // An expired result is gone, even if the wheel has not swept it yet (SPEC E2).
         let now = self.core.clock.now();
-        if occ.get().entry.is_expired(now) {
+        if occ.get().is_expired(now) {
             let (_old, vacant) = occ.remove();
             self.core.tally.completed -= 1;
             self.core.tally.expired += 1;
@@ -204,7 +202,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                 .begin_vacant(vacant, hash, scope, fingerprint, reply);
             return;
         }
-        let Row { value, entry: e } = occ.get_mut();
+        let e = occ.get_mut();
         if e.fingerprint != fingerprint {
             self.core.tally.conflicts += 1;
             let _ = reply.send(Reply::Done(Err(DedupError::Conflict)));
@@ -224,20 +222,18 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                     })));
                 }
             },
-            State::Done { failure, expires } => {
+            State::Done { result, expires } => {
                 core.tally.replayed += 1;
-                let answer = match (value, failure) {
-                    (Some(v), _) => Ok(Outcome::new(
+                let answer = match result {
+                    Ok(v) => Ok(Outcome::new(
                         v.clone(),
                         OutcomeKind::Replayed,
                         core.clock.instant(*expires),
                     )),
-                    (None, Some(status)) => Err(DedupError::Action {
+                    Err(status) => Err(DedupError::Action {
                         status: (**status).clone(),
                         outcome: OutcomeKind::Replayed,
                     }),
-                    // Every `Done` holds a value or a failure (see `on_complete`).
-                    (None, None) => Err(DedupError::Abandoned),
                 };
                 let _ = reply.send(Reply::Done(answer));
             }
@@ -245,11 +241,11 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
     }
 
     fn on_complete(&mut self, hash: u64, token: u64, end: RunEnd<V>) {
-        let Ok(mut occ) = self.table.find_entry(hash, |r| r.entry.token == token) else {
+        let Ok(mut occ) = self.table.find_entry(hash, |e| e.token == token) else {
             // The run was already ended by its lease, a forget or shutdown.
             return;
         };
-        if !matches!(occ.get().entry.state, State::InFlight(_)) {
+        if !matches!(occ.get().state, State::InFlight(_)) {
             return;
         }
         let core = &mut self.core;
@@ -261,7 +257,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
             _ => None,
         };
         let Some((at, ttl)) = cached else {
-            let (Row { entry: e, .. }, _) = occ.remove();
+            let (e, _) = occ.remove();
             match end {
                 RunEnd::Finished(Err(status), _) => {
                     core.tally.failed += 1;
@@ -293,41 +289,38 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         // The TTL counts from the action's completion, not from when the shard heard of it.
         let expires = core.clock.nanos(at).saturating_add(nanos(ttl));
         let expires_at = core.clock.instant(expires);
-        let (value, failure) = match end {
-            RunEnd::Finished(Ok(v), _) => (Some(v), None),
-            RunEnd::Finished(Err(s), _) => (None, Some(Arc::new(s))),
+        let (result, failed) = match end {
+            RunEnd::Finished(Ok(v), _) => (Ok(v), false),
+            RunEnd::Finished(Err(s), _) => (Err(Arc::new(s)), true),
             // `cached` is None for every other end.
             _ => return,
         };
-        let failed = failure.is_some();
         let kind = if failed { Kind::FailureTtl } else { Kind::Ttl };
         core.wheel.insert(kind, expires, hash, token);
-        let row = occ.get_mut();
-        let done = State::Done {
-            failure: failure.clone(),
-            expires,
-        };
-        let State::InFlight(f) = std::mem::replace(&mut row.entry.state, done) else {
+        let e = occ.get_mut();
+        let State::InFlight(f) = std::mem::replace(&mut e.state, State::Done { result, expires })
+        else {
             return;
         };
-        match (&value, failure) {
-            (Some(v), _) => {
+        let State::Done { result, .. } = &e.state else {
+            return;
+        };
+        match result {
+            Ok(v) => {
                 for w in f.waiters {
                     let out = Outcome::new(v.clone(), OutcomeKind::Joined, expires_at);
                     let _ = w.send(Reply::Done(Ok(out)));
                 }
             }
-            (None, Some(s)) => {
+            Err(s) => {
                 for w in f.waiters {
                     let _ = w.send(Reply::Done(Err(DedupError::Action {
-                        status: (*s).clone(),
+                        status: (**s).clone(),
                         outcome: OutcomeKind::Joined,
                     })));
                 }
             }
-            (None, None) => {}
         }
-        row.value = value;
         if failed {
             core.tally.failed += 1;
         }
@@ -342,8 +335,8 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         while let Some((hash, token)) = self.core.wheel.front(Kind::Lease) {
             let live = self
                 .table
-                .find(hash, |r| r.entry.token == token)
-                .is_some_and(|r| matches!(r.entry.state, State::InFlight(_)));
+                .find(hash, |e| e.token == token)
+                .is_some_and(|e| matches!(e.state, State::InFlight(_)));
             if live {
                 break;
             }
@@ -359,11 +352,11 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         let mut next: Option<Nanos> = None;
         for kind in Kind::ALL {
             while let Some((hash, token)) = self.core.wheel.front(kind) {
-                let Ok(occ) = self.table.find_entry(hash, |r| r.entry.token == token) else {
+                let Ok(occ) = self.table.find_entry(hash, |e| e.token == token) else {
                     self.core.wheel.pop(kind); // the run is gone
                     continue;
                 };
-                let deadline = match (&occ.get().entry.state, kind) {
+                let deadline = match (&occ.get().state, kind) {
                     (State::InFlight(f), Kind::Lease) => f.started.saturating_add(lease),
                     (State::Done { expires, .. }, Kind::Ttl | Kind::FailureTtl) => *expires,
                     _ => {
@@ -376,7 +369,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                     break;
                 }
                 self.core.wheel.pop(kind);
-                let (Row { entry: e, .. }, _) = occ.remove();
+                let (e, _) = occ.remove();
                 let core = &mut self.core;
                 if matches!(e.state, State::InFlight(_)) {
                     core.tally.lease_expired += 1;
@@ -394,7 +387,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
     /// Shutdown: every waiter still waiting gets `ShuttingDown`; the map and wheel are emptied.
     fn stop(&mut self) {
         self.rx.close();
-        for Row { entry: e, .. } in self.table.drain() {
+        for e in self.table.drain() {
             self.core.shared.entries.fetch_sub(1, Relaxed);
             if let State::InFlight(f) = e.state {
                 for w in f.waiters {
@@ -422,7 +415,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
 impl Core {
     fn begin_vacant<V>(
         &mut self,
-        vacant: VacantEntry<'_, Row<V>>,
+        vacant: VacantEntry<'_, Box<Entry<V>>>,
         hash: u64,
         scope: Scope,
         fingerprint: Fingerprint,
@@ -453,19 +446,16 @@ impl Core {
             hash,
             token,
         );
-        vacant.insert(Row {
-            value: None,
-            entry: Box::new(Entry {
-                hash,
-                token,
-                scope: StoredScope::new(scope),
-                fingerprint,
-                state: State::InFlight(InFlight {
-                    started,
-                    waiters: Vec::new(),
-                }),
+        vacant.insert(Box::new(Entry {
+            hash,
+            token,
+            scope: StoredScope::new(scope),
+            fingerprint,
+            state: State::InFlight(InFlight {
+                started,
+                waiters: Vec::new(),
             }),
-        });
+        }));
         self.tally.executed += 1;
         self.tally.in_flight += 1;
     }

@@ -161,7 +161,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                             self.core.tally.abandoned += 1;
                         }
                         // Its timers stay queued and are dropped as stale when they come up.
-                        self.core.release(e, || DedupError::Abandoned);
+                        self.core.release(*e, || DedupError::Abandoned);
                         true
                     }
                     Err(_) => false,
@@ -182,7 +182,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
     ) {
         let slot = self
             .table
-            .entry(hash, |e| e.scope.is(&scope), |e: &Box<Entry<V>>| e.hash);
+            .entry(hash, |e| e.scope.is(&scope), |e| e.hash);
         let mut occ = match slot {
             Slot::Vacant(vacant) => {
                 self.core
@@ -261,25 +261,25 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
             match end {
                 RunEnd::Finished(Err(status), _) => {
                     core.tally.failed += 1;
-                    core.release(e, || DedupError::Action {
+                    core.release(*e, || DedupError::Action {
                         status: status.clone(),
                         outcome: OutcomeKind::Joined,
                     });
                 }
                 RunEnd::Panicked(message) => {
                     core.tally.panicked += 1;
-                    core.release(e, || DedupError::Panicked {
+                    core.release(*e, || DedupError::Panicked {
                         message: message.clone(),
                     });
                 }
                 RunEnd::LeaseExpired => {
                     core.tally.lease_expired += 1;
                     let after = core.cfg.in_flight_timeout;
-                    core.release(e, || DedupError::LeaseExpired { after });
+                    core.release(*e, || DedupError::LeaseExpired { after });
                 }
                 RunEnd::Abandoned => {
                     core.tally.abandoned += 1;
-                    core.release(e, || DedupError::Abandoned);
+                    core.release(*e, || DedupError::Abandoned);
                 }
                 // `cached` is Some for every success.
                 RunEnd::Finished(Ok(_), _) => {}
@@ -374,10 +374,10 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                 if matches!(e.state, State::InFlight(_)) {
                     core.tally.lease_expired += 1;
                     let after = core.cfg.in_flight_timeout;
-                    core.release(e, || DedupError::LeaseExpired { after });
+                    core.release(*e, || DedupError::LeaseExpired { after });
                 } else {
                     core.tally.expired += 1;
-                    core.release(e, || DedupError::Abandoned);
+                    core.release(*e, || DedupError::Abandoned);
                 }
             }
         }
@@ -461,7 +461,7 @@ impl Core {
     }
 
     /// Accounts for a removed entry; an in-flight one's waiters get `err()`.
-    fn release<V>(&mut self, e: Box<Entry<V>>, err: impl Fn() -> DedupError) {
+    fn release<V>(&mut self, e: Entry<V>, err: impl Fn() -> DedupError) {
         self.shared.entries.fetch_sub(1, Relaxed);
         match e.state {
             State::InFlight(f) => {

@@ -15,8 +15,9 @@ use tokio::time::Instant;
 use crate::config::{Config, EngineBuilder};
 use crate::entry::EntryInfo;
 use crate::entry::State;
+use crate::inbox::{Inbox, Report};
 use crate::message::{Msg, Reply, RunEnd};
-use crate::run::{panic_message, report, Run};
+use crate::run::{panic_message, Run};
 use crate::shard::Shard;
 use crate::shard::SharedTable;
 use crate::stats::{bump, ShardCounters, Stats, Striped};
@@ -39,6 +40,8 @@ pub(crate) struct Shared {
 
 struct Inner<V> {
     shards: Box<[mpsc::Sender<Msg<V>>]>,
+    /// Each shard's completion queue: how leaders report their runs' ends (see `inbox.rs`).
+    inboxes: Box<[Arc<Inbox<V>>]>,
     /// Each shard's table, for lock-free-in-practice replays (`try_read`, never waits).
     tables: Box<[SharedTable<V>]>,
     hasher: std::hash::RandomState,
@@ -147,12 +150,21 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         });
         let tables: Box<[SharedTable<V>]> =
             (0..cfg.shards).map(|_| SharedTable::default()).collect();
+        let inboxes: Box<[Arc<Inbox<V>>]> = (0..cfg.shards).map(|_| Arc::default()).collect();
         let shards = tables
             .iter()
+            .zip(inboxes.iter())
             .enumerate()
-            .map(|(i, table)| {
+            .map(|(i, (table, inbox))| {
                 let (tx, rx) = mpsc::channel(cfg.mailbox_capacity);
-                let shard = Shard::new(i, rx, table.clone(), cfg.clone(), shared.clone());
+                let shard = Shard::new(
+                    i,
+                    rx,
+                    inbox.clone(),
+                    table.clone(),
+                    cfg.clone(),
+                    shared.clone(),
+                );
                 handle.spawn(shard.run());
                 tx
             })
@@ -160,6 +172,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         Engine {
             inner: Arc::new(Inner {
                 shards,
+                inboxes,
                 tables,
                 hasher: std::hash::RandomState::new(),
                 shared,
@@ -239,6 +252,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             return Ok(out);
         }
         let tx = &inner.shards[index];
+        let inbox = &*inner.inboxes[index];
         let (reply_tx, reply_rx) = oneshot::channel();
         let msg = Msg::Begin {
             hash,
@@ -250,9 +264,8 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
 
         let mut pending = Pending {
             rx: Some(reply_rx),
-            tx,
+            inbox,
             hash,
-            handle: &inner.handle,
         };
         let reply = match deadline {
             None => pending.recv().await,
@@ -274,19 +287,15 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             Ok(fut) => fut,
             Err(p) => {
                 let message = panic_message(&*p);
-                report(
-                    tx,
-                    &inner.handle,
-                    hash,
-                    token,
-                    RunEnd::Panicked(message.clone()),
-                );
+                let end = RunEnd::Panicked(message.clone());
+                inbox.push(Report { hash, token, end });
                 return Err(DedupError::Panicked { message });
             }
         };
         let mut run = Run::new(
             fut,
             inner.cfg.in_flight_timeout,
+            inbox,
             tx,
             hash,
             token,
@@ -467,9 +476,8 @@ fn shard_index(hash: u64, shards: usize) -> usize {
 /// does not sit until its lease runs out.
 struct Pending<'a, V: Send + 'static> {
     rx: Option<oneshot::Receiver<Reply<V>>>,
-    tx: &'a mpsc::Sender<Msg<V>>,
+    inbox: &'a Inbox<V>,
     hash: u64,
-    handle: &'a tokio::runtime::Handle,
 }
 
 impl<V: Send + 'static> Pending<'_, V> {
@@ -491,7 +499,8 @@ impl<V: Send + 'static> Drop for Pending<'_, V> {
             // No send can land after close(); one that landed before is still readable.
             rx.close();
             if let Ok(Reply::Lead { token }) = rx.try_recv() {
-                report(self.tx, self.handle, self.hash, token, RunEnd::Abandoned);
+                let (hash, end) = (self.hash, RunEnd::Abandoned);
+                self.inbox.push(Report { hash, token, end });
             }
         }
     }

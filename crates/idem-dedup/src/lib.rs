@@ -100,6 +100,7 @@ mod config;
 mod engine;
 mod entry;
 mod error;
+mod inbox;
 mod message;
 pub mod metrics;
 mod outcome;

@@ -11,6 +11,7 @@ use futures::future::{CatchUnwind, FutureExt};
 use idem_core::Status;
 use tokio::sync::mpsc;
 
+use crate::inbox::{Inbox, Report};
 use crate::message::{Msg, RunEnd};
 
 /// What a driven action yields: its result or a panic payload; `None` when its lease ran out.
@@ -53,15 +54,16 @@ impl<V, Fut: Future<Output = Result<V, Status>>> Future for Leased<Fut> {
 /// and reports to the shard. Either way the action runs to completion exactly once and its result
 /// is stored (SPEC E5), unless its lease runs out first (SPEC E6).
 ///
-/// It borrows the shard's sender and the runtime handle from the engine rather than cloning them:
-/// both are shared by every caller, and a clone and drop per call are four atomic updates on cache
-/// lines that both worker threads write. Only a hand-off clones them.
+/// It borrows the shard's inbox, sender and the runtime handle from the engine rather than cloning
+/// them: they are shared by every caller, and a clone and drop per call are atomic updates on
+/// cache lines that both worker threads write. Only a hand-off clones the sender and handle.
 pub(crate) struct Run<
     'a,
     V: Send + 'static,
     Fut: Future<Output = Result<V, Status>> + Send + 'static,
 > {
     fut: Option<Leased<Fut>>,
+    inbox: &'a Inbox<V>,
     tx: &'a mpsc::Sender<Msg<V>>,
     hash: u64,
     token: u64,
@@ -76,6 +78,7 @@ where
     pub(crate) fn new(
         action: Fut,
         lease: Duration,
+        inbox: &'a Inbox<V>,
         tx: &'a mpsc::Sender<Msg<V>>,
         hash: u64,
         token: u64,
@@ -87,6 +90,7 @@ where
                 lease,
                 sleep: None,
             }),
+            inbox,
             tx,
             hash,
             token,
@@ -107,7 +111,8 @@ where
 
     /// Reports the end of the run to the shard (without waiting).
     pub(crate) fn report(&self, end: RunEnd<V>) {
-        report(self.tx, self.handle, self.hash, self.token, end);
+        let (hash, token) = (self.hash, self.token);
+        self.inbox.push(Report { hash, token, end });
     }
 }
 
@@ -145,27 +150,5 @@ pub(crate) fn panic_message(p: &(dyn Any + Send)) -> String {
         s.clone()
     } else {
         "non-string panic payload".to_owned()
-    }
-}
-
-/// Sends `Complete` to a shard without waiting: straight into the mailbox when there is room, else
-/// from a small task (a completion must never be lost, and the caller must not wait for it).
-pub(crate) fn report<V: Send + 'static>(
-    tx: &mpsc::Sender<Msg<V>>,
-    handle: &tokio::runtime::Handle,
-    hash: u64,
-    token: u64,
-    end: RunEnd<V>,
-) {
-    match tx.try_send(Msg::Complete { hash, token, end }) {
-        Ok(()) => {}
-        Err(mpsc::error::TrySendError::Full(msg)) => {
-            let tx = tx.clone();
-            handle.spawn(async move {
-                let _ = tx.send(msg).await;
-            });
-        }
-        // The shard stopped (shutdown): nothing is waiting for this result any more.
-        Err(mpsc::error::TrySendError::Closed(_)) => {}
     }
 }

@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::config::{Config, InFlightPolicy};
 use crate::engine::Shared;
 use crate::entry::{Entry, InFlight, State, StoredScope};
+use crate::inbox::{Inbox, Report};
 use crate::message::{Msg, Reply, RunEnd};
 use crate::tally::{Publisher, Tally};
 use crate::wheel::{Clock, Kind, Nanos, Wheel};
@@ -30,6 +31,10 @@ pub(crate) type SharedTable<V> = Arc<ShardedLock<HashTable<Box<Entry<V>>>>>;
 pub(crate) struct Shard<V> {
     index: usize,
     rx: mpsc::Receiver<Msg<V>>,
+    /// Leaders' reports of their runs' ends (see `inbox.rs`).
+    inbox: Arc<Inbox<V>>,
+    /// The drained reports being applied; kept so its capacity is reused.
+    reports: Vec<Report<V>>,
     /// The table while the actor holds the write lock; empty otherwise (swapped in and out, which
     /// moves a few words, not the entries).
     table: HashTable<Box<Entry<V>>>,
@@ -53,6 +58,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
     pub(crate) fn new(
         index: usize,
         rx: mpsc::Receiver<Msg<V>>,
+        inbox: Arc<Inbox<V>>,
         published: SharedTable<V>,
         cfg: Arc<Config>,
         shared: Arc<Shared>,
@@ -61,6 +67,8 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         Shard {
             index,
             rx,
+            inbox,
+            reports: Vec::new(),
             table: HashTable::new(),
             published,
             core: Core {
@@ -81,6 +89,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         let batch = self.core.cfg.batch_size;
         let mut buf = Vec::with_capacity(batch);
         let published = self.published.clone();
+        let inbox = self.inbox.clone();
         // Counters reach the metrics facade at least once a second even when only read-path
         // replays happen (those never wake the actor).
         let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -95,6 +104,12 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                     self.sweep();
                     std::mem::swap(&mut self.table, &mut *guard);
                 }
+                () = inbox.signalled() => {
+                    let mut guard = write_lock(&published).await;
+                    std::mem::swap(&mut self.table, &mut *guard);
+                    self.apply_reports();
+                    std::mem::swap(&mut self.table, &mut *guard);
+                }
                 n = self.rx.recv_many(&mut buf, batch) => {
                     if n == 0 {
                         break;
@@ -102,6 +117,9 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                     let mut stop = false;
                     let mut guard = write_lock(&published).await;
                     std::mem::swap(&mut self.table, &mut *guard);
+                    // Reports first: a message sent after a leader's call returned must see
+                    // that run's end (see `inbox.rs`).
+                    self.apply_reports();
                     for msg in buf.drain(..) {
                         if stop {
                             // Messages behind Stop: answer what needs an answer.
@@ -124,6 +142,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         }
         let mut guard = write_lock(&published).await;
         std::mem::swap(&mut self.table, &mut *guard);
+        self.apply_reports();
         self.stop();
         std::mem::swap(&mut self.table, &mut *guard);
         drop(guard);
@@ -180,9 +199,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         fingerprint: Fingerprint,
         reply: oneshot::Sender<Reply<V>>,
     ) {
-        let slot = self
-            .table
-            .entry(hash, |e| e.scope.is(&scope), |e| e.hash);
+        let slot = self.table.entry(hash, |e| e.scope.is(&scope), |e| e.hash);
         let mut occ = match slot {
             Slot::Vacant(vacant) => {
                 self.core
@@ -326,6 +343,20 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         }
         core.tally.in_flight -= 1;
         core.tally.completed += 1;
+    }
+
+    /// Applies every report waiting in the inbox, in the order the runs ended.
+    fn apply_reports(&mut self) {
+        self.inbox.drain_into(&mut self.reports);
+        if self.reports.is_empty() {
+            return;
+        }
+        let mut reports = std::mem::take(&mut self.reports);
+        for Report { hash, token, end } in reports.drain(..) {
+            self.on_complete(hash, token, end);
+        }
+        self.trim_leases();
+        self.reports = reports;
     }
 
     /// Drops the lease items of runs that already ended from the front of the lease queue, so a

@@ -4,8 +4,10 @@ use std::fmt;
 use std::future::Future;
 use std::hash::BuildHasher;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Acquire, Ordering::Release};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use idem_core::{Deadline, Fingerprint, Scope, Status};
@@ -260,7 +262,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             fingerprint,
             reply: reply_tx,
         };
-        self.send(index, msg).await?;
+        self.send(index, msg).finish().await?;
 
         let mut pending = Pending {
             rx: Some(reply_rx),
@@ -269,7 +271,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         };
         let reply = match deadline {
             None => pending.recv().await,
-            Some(d) => match tokio::time::timeout_at(d.instant(), pending.recv()).await {
+            Some(d) => match until(d, pending.recv()).await {
                 Ok(r) => r,
                 Err(_) => {
                     bump(&inner.shared.counters[index].deadline_exceeded);
@@ -303,7 +305,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         );
         let end = match deadline {
             None => run.drive().await,
-            Some(d) => match tokio::time::timeout_at(d.instant(), run.drive()).await {
+            Some(d) => match until(d, run.drive()).await {
                 Ok(end) => end,
                 Err(_) => {
                     // Dropping `run` hands the action to a task (SPEC E5).
@@ -377,16 +379,22 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         Some(out)
     }
 
-    /// Sends to a shard, waiting asynchronously while its mailbox is full (SPEC E8).
-    async fn send(&self, index: usize, msg: Msg<V>) -> Result<(), DedupError> {
+    /// Sends to a shard; when its mailbox is full, the returned [`Sending`] waits asynchronously
+    /// for room (SPEC E8).
+    ///
+    /// The waiting send is boxed: it is the rare path, and inline it would carry the message and
+    /// the channel's permit future in every call's future (spawned requests pay for each byte).
+    fn send(&self, index: usize, msg: Msg<V>) -> Sending<'_> {
         let tx = &self.inner.shards[index];
         match tx.try_send(msg) {
-            Ok(()) => Ok(()),
+            Ok(()) => Sending::Sent,
             Err(mpsc::error::TrySendError::Full(msg)) => {
                 bump(&self.inner.shared.counters[index].mailbox_full);
-                tx.send(msg).await.map_err(|_| DedupError::ShuttingDown)
+                Sending::Waiting(Box::pin(async move {
+                    tx.send(msg).await.map_err(|_| DedupError::ShuttingDown)
+                }))
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(DedupError::ShuttingDown),
+            Err(mpsc::error::TrySendError::Closed(_)) => Sending::Closed,
         }
     }
 
@@ -401,7 +409,9 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         let index = shard_index(hash, self.inner.shards.len());
         let (reply, rx) = oneshot::channel();
         let scope = scope.clone();
-        self.send(index, Msg::Lookup { hash, scope, reply }).await?;
+        self.send(index, Msg::Lookup { hash, scope, reply })
+            .finish()
+            .await?;
         rx.await.map_err(|_| DedupError::ShuttingDown)
     }
 
@@ -418,7 +428,9 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         let index = shard_index(hash, self.inner.shards.len());
         let (reply, rx) = oneshot::channel();
         let scope = scope.clone();
-        self.send(index, Msg::Forget { hash, scope, reply }).await?;
+        self.send(index, Msg::Forget { hash, scope, reply })
+            .finish()
+            .await?;
         rx.await.map_err(|_| DedupError::ShuttingDown)
     }
 
@@ -462,6 +474,41 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         }
         ShutdownReport { unfinished }
     }
+}
+
+/// A send to a shard: done, refused (the shard stopped), or waiting for mailbox room.
+enum Sending<'a> {
+    Sent,
+    Closed,
+    Waiting(Pin<Box<dyn Future<Output = Result<(), DedupError>> + Send + 'a>>),
+}
+
+impl Sending<'_> {
+    async fn finish(self) -> Result<(), DedupError> {
+        match self {
+            Sending::Sent => Ok(()),
+            Sending::Closed => Err(DedupError::ShuttingDown),
+            Sending::Waiting(wait) => wait.await,
+        }
+    }
+}
+
+/// Runs `fut` until `deadline` (`Err(())` when the deadline came first). Like
+/// `tokio::time::timeout_at`, but the timer is boxed: calls without a deadline then do not carry
+/// its 112 bytes in their future, and a call with one allocates it only when it has to wait.
+async fn until<F: Future>(deadline: Deadline, fut: F) -> Result<F::Output, ()> {
+    let mut fut = std::pin::pin!(fut);
+    if let Poll::Ready(out) = futures::poll!(fut.as_mut()) {
+        return Ok(out);
+    }
+    let mut sleep = Box::pin(tokio::time::sleep_until(deadline.instant()));
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(out) = fut.as_mut().poll(cx) {
+            return Poll::Ready(Ok(out));
+        }
+        sleep.as_mut().poll(cx).map(|()| Err(()))
+    })
+    .await
 }
 
 /// Maps a scope hash to a shard. Mixes the hash first so the shard index uses other bits than the

@@ -269,19 +269,23 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             inbox,
             hash,
         };
-        let reply = match deadline {
-            None => pending.recv().await,
-            Some(d) => match until(d, pending.recv()).await {
-                Ok(r) => r,
-                Err(_) => {
-                    bump(&inner.shared.counters[index].deadline_exceeded);
-                    return Err(DedupError::DeadlineExceeded);
-                }
-            },
-        };
-        let token = match reply {
-            Reply::Done(answer) => return answer,
-            Reply::Lead { token } => token,
+        // The reply lives in this block only, so the future does not keep its bytes while the
+        // action runs.
+        let token = {
+            let reply = match deadline {
+                None => pending.recv().await,
+                Some(d) => match until(d, std::pin::pin!(pending.recv())).await {
+                    Ok(r) => r,
+                    Err(()) => {
+                        bump(&inner.shared.counters[index].deadline_exceeded);
+                        return Err(DedupError::DeadlineExceeded);
+                    }
+                },
+            };
+            match reply {
+                Reply::Done(answer) => return answer,
+                Reply::Lead { token } => token,
+            }
         };
 
         // This call leads: run the action inline.
@@ -305,15 +309,18 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         );
         let end = match deadline {
             None => run.drive().await,
-            Some(d) => match until(d, run.drive()).await {
-                Ok(end) => end,
-                Err(_) => {
-                    // Dropping `run` hands the action to a task (SPEC E5).
-                    drop(run);
-                    bump(&inner.shared.counters[index].deadline_exceeded);
-                    return Err(DedupError::DeadlineExceeded);
+            Some(d) => {
+                let ended = until(d, std::pin::pin!(run.drive())).await;
+                match ended {
+                    Ok(end) => end,
+                    Err(()) => {
+                        // Dropping `run` hands the action to a task (SPEC E5).
+                        drop(run);
+                        bump(&inner.shared.counters[index].deadline_exceeded);
+                        return Err(DedupError::DeadlineExceeded);
+                    }
                 }
-            },
+            }
         };
         match end {
             RunEnd::Finished(Ok(v), at) => {
@@ -496,8 +503,7 @@ impl Sending<'_> {
 /// Runs `fut` until `deadline` (`Err(())` when the deadline came first). Like
 /// `tokio::time::timeout_at`, but the timer is boxed: calls without a deadline then do not carry
 /// its 112 bytes in their future, and a call with one allocates it only when it has to wait.
-async fn until<F: Future>(deadline: Deadline, fut: F) -> Result<F::Output, ()> {
-    let mut fut = std::pin::pin!(fut);
+async fn until<F: Future>(deadline: Deadline, mut fut: Pin<&mut F>) -> Result<F::Output, ()> {
     if let Poll::Ready(out) = futures::poll!(fut.as_mut()) {
         return Ok(out);
     }

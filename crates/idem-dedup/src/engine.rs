@@ -14,10 +14,11 @@ use idem_core::{Deadline, Fingerprint, Scope, Status};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::Instant;
 
-use crate::config::{Config, EngineBuilder};
+use crate::config::{Config, EngineBuilder, InFlightPolicy};
 use crate::entry::EntryInfo;
-use crate::entry::State;
+use crate::entry::{InFlight, State};
 use crate::inbox::{Inbox, Report};
+use crate::join::JoinCell;
 use crate::message::{Msg, Reply, RunEnd};
 use crate::run::{panic_message, Run};
 use crate::shard::Shard;
@@ -34,6 +35,8 @@ pub(crate) struct Shared {
     pub(crate) shutting_down: AtomicBool,
     /// Replays answered from the read path, without a message (summed into `stats().replayed`).
     pub(crate) fast_replays: Striped,
+    /// Joins made on the read path, without a message (summed into `stats().joined`).
+    pub(crate) fast_joins: Striped,
     /// The time base of every shard's expiries.
     pub(crate) clock: Clock,
     /// Signalled by shards when their last run ends during shutdown.
@@ -147,6 +150,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             entries: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),
             fast_replays: Striped::default(),
+            fast_joins: Striped::default(),
             clock: Clock::new(),
             idle: Notify::new(),
         });
@@ -250,8 +254,10 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         }
         let hash = inner.hasher.hash_one(scope.as_bytes());
         let index = shard_index(hash, inner.shards.len());
-        if let Some(out) = self.replay_fast(index, hash, scope, fingerprint) {
-            return Ok(out);
+        match self.read_path(index, hash, scope, fingerprint) {
+            Some(Fast::Replay(out)) => return Ok(out),
+            Some(Fast::Join(cell)) => return self.join(index, &cell, deadline).await,
+            None => {}
         }
         let tx = &inner.shards[index];
         let inbox = &*inner.inboxes[index];
@@ -284,6 +290,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             };
             match reply {
                 Reply::Done(answer) => return answer,
+                Reply::Join(cell) => return self.join(index, &cell, deadline).await,
                 Reply::Lead { token } => token,
             }
         };
@@ -352,29 +359,61 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         }
     }
 
-    /// The read path: a stored success for this scope and fingerprint, read straight from the
-    /// shard's table without a message. Returns `None` (take the message path) when the table is
-    /// being written, or the scope is absent, in flight, failed, expired or conflicting — every
-    /// decision other than a plain replay stays with the actor.
-    fn replay_fast(
+    /// Waits for a run in flight through its join cell, or until this caller's deadline
+    /// (SPEC E1, E5): the run itself is not disturbed.
+    async fn join(
+        &self,
+        index: usize,
+        cell: &JoinCell<V>,
+        deadline: Option<Deadline>,
+    ) -> Result<Outcome<V>, DedupError> {
+        match deadline {
+            None => cell.wait().await,
+            Some(d) => until(d, std::pin::pin!(cell.wait()))
+                .await
+                .unwrap_or_else(|()| {
+                    bump(&self.inner.shared.counters[index].deadline_exceeded);
+                    Err(DedupError::DeadlineExceeded)
+                }),
+        }
+    }
+
+    /// The read path, straight from the shard's table without a message: a stored success for
+    /// this scope and fingerprint (replay), or the join cell of its run in flight (join, under
+    /// the `Wait` policy, once the actor has made a cell for the run's first duplicate). Returns
+    /// `None` (take the message path) when the table is being written, or the scope is absent,
+    /// failed, expired, conflicting, rejected or in flight without a cell yet — every other
+    /// decision stays with the actor.
+    fn read_path(
         &self,
         index: usize,
         hash: u64,
         scope: &Scope,
         fingerprint: Fingerprint,
-    ) -> Option<Outcome<V>> {
+    ) -> Option<Fast<V>> {
         let table = match self.inner.tables[index].try_read() {
             Ok(guard) => guard,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return None,
         };
         let e = table.find(hash, |e| e.scope.is(scope))?;
-        let State::Done {
-            result: Ok(v),
-            expires,
-        } = &e.state
-        else {
-            return None;
+        let (v, expires) = match &e.state {
+            State::Done {
+                result: Ok(v),
+                expires,
+            } => (v, expires),
+            State::InFlight(InFlight {
+                join: Some(cell), ..
+            }) if e.fingerprint == fingerprint
+                && self.inner.cfg.in_flight_policy == InFlightPolicy::Wait =>
+            {
+                cell.count_in();
+                let cell = cell.clone();
+                drop(table);
+                self.inner.shared.fast_joins.add(1);
+                return Some(Fast::Join(cell));
+            }
+            _ => return None,
         };
         let clock = &self.inner.shared.clock;
         if e.fingerprint != fingerprint || clock.now() >= *expires {
@@ -383,7 +422,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         let out = Outcome::new(v.clone(), OutcomeKind::Replayed, clock.instant(*expires));
         drop(table);
         self.inner.shared.fast_replays.add(1);
-        Some(out)
+        Some(Fast::Replay(out))
     }
 
     /// Sends to a shard; when its mailbox is full, the returned [`Sending`] waits asynchronously
@@ -444,7 +483,11 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
     /// Counts per shard and in total, read from atomics without a message (SPEC E9).
     pub fn stats(&self) -> Stats {
         let shared = &self.inner.shared;
-        Stats::collect(&shared.counters, shared.fast_replays.sum())
+        Stats::collect(
+            &shared.counters,
+            shared.fast_replays.sum(),
+            shared.fast_joins.sum(),
+        )
     }
 
     /// The number of shards.
@@ -481,6 +524,12 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         }
         ShutdownReport { unfinished }
     }
+}
+
+/// What the read path found.
+enum Fast<V> {
+    Replay(Outcome<V>),
+    Join(Arc<JoinCell<V>>),
 }
 
 /// A send to a shard: done, refused (the shard stopped), or waiting for mailbox room.

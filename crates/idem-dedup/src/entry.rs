@@ -4,12 +4,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_core::{Code, Fingerprint, Scope, Status};
-use tokio::sync::oneshot;
 
-use crate::message::Reply;
+use crate::join::JoinCell;
 use crate::wheel::Nanos;
 
-/// One scope's record in a shard's map: in flight (with its waiters) or completed (with its result).
+/// One scope's record in a shard's map: in flight (with its join cell) or completed (with its result).
 ///
 /// The table holds a `Box` per entry, not the entry itself: a hashbrown table keeps between 1.14
 /// and 2.3 slots per entry (it doubles at 7/8 full), so an 8-byte slot instead of the whole record
@@ -19,10 +18,10 @@ use crate::wheel::Nanos;
 ///
 /// Also kept small, since a completed entry lives for the whole TTL: no timer handle (the timer
 /// queues hold `(hash, token)` instead) and the expiry as 8 bytes of [`Nanos`]. The in-flight part
-/// (start time and an empty-until-joined `Vec` of waiters) is no larger than a stored result, so
-/// it sits in the entry unboxed: a new key costs no allocation for it. The hash is kept (8 bytes)
-/// so the table never re-runs SipHash over the scope when it grows: that rehash cost ~400
-/// instructions per new key, about a tenth of the new-key path.
+/// (start time and, once a duplicate arrives, the run's join cell) is smaller than a stored
+/// result, so it sits in the entry unboxed: a new key allocates nothing for it. The hash is kept
+/// (8 bytes) so the table never re-runs SipHash over the scope when it grows: that rehash cost
+/// ~400 instructions per new key, about a tenth of the new-key path.
 pub(crate) struct Entry<V> {
     /// The scope's keyed hash, computed once by the caller.
     pub(crate) hash: u64,
@@ -86,7 +85,9 @@ pub(crate) enum State<V> {
 
 pub(crate) struct InFlight<V> {
     pub(crate) started: Nanos,
-    pub(crate) waiters: Vec<oneshot::Sender<Reply<V>>>,
+    /// Created by the actor for the run's first duplicate; later ones find it on the read path
+    /// (see `join.rs`). `None` while nobody waits, so a new key allocates nothing for it.
+    pub(crate) join: Option<Arc<JoinCell<V>>>,
 }
 
 /// What an operator sees when looking a scope up (SPEC E13).
@@ -125,7 +126,7 @@ impl<V> Entry<V> {
         match &self.state {
             State::InFlight(f) => EntryInfo {
                 state: EntryState::InFlight {
-                    waiters: f.waiters.len(),
+                    waiters: f.join.as_ref().map_or(0, |c| c.joined()),
                 },
                 age: Duration::from_nanos(now.saturating_sub(f.started)),
                 expires_in: None,
@@ -157,7 +158,8 @@ mod tests {
     fn e7_entry_is_152_bytes_for_an_arc_value() {
         assert_eq!(std::mem::size_of::<StoredScope>(), 88);
         assert_eq!(std::mem::size_of::<Entry<Arc<[u8]>>>(), 152);
-        assert_eq!(std::mem::size_of::<Entry<u64>>(), 152);
+        // A `u64` result is 8 bytes smaller than an `Arc<[u8]>` one.
+        assert_eq!(std::mem::size_of::<Entry<u64>>(), 144);
     }
 
     fn scope(tenant: &str, method: &str, key: &str) -> Scope {

@@ -104,6 +104,7 @@ mod engine;
 mod entry;
 mod error;
 mod inbox;
+mod join;
 mod message;
 pub mod metrics;
 mod outcome;

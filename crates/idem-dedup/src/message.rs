@@ -3,13 +3,16 @@
 use idem_core::{Fingerprint, Scope, Status};
 use tokio::sync::oneshot;
 
+use std::sync::Arc;
+
 use crate::entry::EntryInfo;
+use crate::join::JoinCell;
 use crate::{DedupError, Outcome};
 
 /// A request to a shard. Only the shard reads or writes its map; everything else sends one of these.
 pub(crate) enum Msg<V> {
-    /// A call for `scope`: the shard answers `Lead` (run the action), or `Done` now (replay,
-    /// conflict, full, reject), or keeps `reply` and answers `Done` when the run completes (join).
+    /// A call for `scope`: the shard answers `Lead` (run the action), `Join` (wait on the run in
+    /// flight), or `Done` (replay, conflict, full, reject).
     Begin {
         hash: u64,
         scope: Scope,
@@ -40,8 +43,10 @@ pub(crate) enum Msg<V> {
 
 /// A shard's answer to `Begin`.
 pub(crate) enum Reply<V> {
-    /// This caller leads: run the action and send `Complete` with this token.
+    /// This caller leads: run the action and report its end with this token.
     Lead { token: u64 },
+    /// A run of this scope is in flight: wait on its cell (see `join.rs`).
+    Join(Arc<JoinCell<V>>),
     /// The final answer for this caller.
     Done(Result<Outcome<V>, DedupError>),
 }

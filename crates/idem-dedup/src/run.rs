@@ -59,7 +59,7 @@ impl<V, Fut: Future<Output = Result<V, Status>>> Future for Leased<Fut> {
 /// cache lines that both worker threads write. Only a hand-off clones the sender and handle.
 pub(crate) struct Run<
     'a,
-    V: Send + 'static,
+    V: Send + Sync + 'static,
     Fut: Future<Output = Result<V, Status>> + Send + 'static,
 > {
     fut: Option<Leased<Fut>>,
@@ -72,7 +72,7 @@ pub(crate) struct Run<
 
 impl<'a, V, Fut> Run<'a, V, Fut>
 where
-    V: Send + 'static,
+    V: Send + Sync + 'static,
     Fut: Future<Output = Result<V, Status>> + Send + 'static,
 {
     pub(crate) fn new(
@@ -118,7 +118,7 @@ where
 
 impl<V, Fut> Drop for Run<'_, V, Fut>
 where
-    V: Send + 'static,
+    V: Send + Sync + 'static,
     Fut: Future<Output = Result<V, Status>> + Send + 'static,
 {
     fn drop(&mut self) {

@@ -13,6 +13,7 @@ use crate::config::{Config, InFlightPolicy};
 use crate::engine::Shared;
 use crate::entry::{Entry, InFlight, State, StoredScope};
 use crate::inbox::{Inbox, Report};
+use crate::join::JoinCell;
 use crate::message::{Msg, Reply, RunEnd};
 use crate::tally::{Publisher, Tally};
 use crate::wheel::{Clock, Kind, Nanos, Wheel};
@@ -230,7 +231,9 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
             State::InFlight(f) => match core.cfg.in_flight_policy {
                 InFlightPolicy::Wait => {
                     core.tally.joined += 1;
-                    f.waiters.push(reply);
+                    let cell = f.join.get_or_insert_with(|| Arc::new(JoinCell::new()));
+                    cell.count_in();
+                    let _ = reply.send(Reply::Join(cell.clone()));
                 }
                 InFlightPolicy::Reject => {
                     core.tally.rejected_in_flight += 1;
@@ -322,21 +325,14 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         let State::Done { result, .. } = &e.state else {
             return;
         };
-        match result {
-            Ok(v) => {
-                for w in f.waiters {
-                    let out = Outcome::new(v.clone(), OutcomeKind::Joined, expires_at);
-                    let _ = w.send(Reply::Done(Ok(out)));
-                }
-            }
-            Err(s) => {
-                for w in f.waiters {
-                    let _ = w.send(Reply::Done(Err(DedupError::Action {
-                        status: (**s).clone(),
-                        outcome: OutcomeKind::Joined,
-                    })));
-                }
-            }
+        if let Some(cell) = f.join {
+            cell.resolve(match result {
+                Ok(v) => Ok((v.clone(), expires_at)),
+                Err(s) => Err(DedupError::Action {
+                    status: (**s).clone(),
+                    outcome: OutcomeKind::Joined,
+                }),
+            });
         }
         if failed {
             core.tally.failed += 1;
@@ -420,10 +416,11 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         self.rx.close();
         for e in self.table.drain() {
             self.core.shared.entries.fetch_sub(1, Relaxed);
-            if let State::InFlight(f) = e.state {
-                for w in f.waiters {
-                    let _ = w.send(Reply::Done(Err(DedupError::ShuttingDown)));
-                }
+            if let State::InFlight(InFlight {
+                join: Some(cell), ..
+            }) = e.state
+            {
+                cell.resolve(Err(DedupError::ShuttingDown));
             }
         }
         self.core.wheel.clear();
@@ -435,8 +432,12 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
     fn publish(&mut self) {
         let shared = &self.core.shared;
         let t = &self.core.tally;
-        self.publisher
-            .publish(t, &shared.counters[self.index], &shared.fast_replays);
+        self.publisher.publish(
+            t,
+            &shared.counters[self.index],
+            &shared.fast_replays,
+            &shared.fast_joins,
+        );
         if t.in_flight == 0 && shared.shutting_down.load(Acquire) {
             shared.idle.notify_waiters();
         }
@@ -484,7 +485,7 @@ impl Core {
             fingerprint,
             state: State::InFlight(InFlight {
                 started,
-                waiters: Vec::new(),
+                join: None,
             }),
         }));
         self.tally.executed += 1;
@@ -497,8 +498,8 @@ impl Core {
         match e.state {
             State::InFlight(f) => {
                 self.tally.in_flight -= 1;
-                for w in f.waiters {
-                    let _ = w.send(Reply::Done(Err(err())));
+                if let Some(cell) = f.join {
+                    cell.resolve(Err(err()));
                 }
             }
             State::Done { .. } => self.tally.completed -= 1,

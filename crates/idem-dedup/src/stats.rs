@@ -125,7 +125,7 @@ impl Stats {
         self.in_flight + self.completed
     }
 
-    pub(crate) fn collect(shards: &[ShardCounters], fast_replays: u64) -> Stats {
+    pub(crate) fn collect(shards: &[ShardCounters], fast_replays: u64, fast_joins: u64) -> Stats {
         let mut s = Stats {
             shards: Vec::with_capacity(shards.len()),
             ..Stats::default()
@@ -154,6 +154,7 @@ impl Stats {
             o.mailbox_full += c.mailbox_full.load(Relaxed);
         }
         s.outcomes.replayed += fast_replays;
+        s.outcomes.joined += fast_joins;
         s
     }
 }

@@ -32,8 +32,9 @@ pub(crate) struct Publisher {
     expired: metrics::Counter,
     calls: [metrics::Counter; 10],
     sent: Tally,
-    /// Read-path replays last sent (shard 0 reports the engine-wide striped count).
+    /// Read-path replays and joins last sent (shard 0 reports the engine-wide striped counts).
     fast_sent: u64,
+    fast_joins_sent: u64,
 }
 
 impl Publisher {
@@ -60,11 +61,18 @@ impl Publisher {
             ],
             sent: Tally::default(),
             fast_sent: 0,
+            fast_joins_sent: 0,
         }
     }
 
     /// Stores `t` into the shard's atomics and sends the changes to the metrics facade.
-    pub(crate) fn publish(&mut self, t: &Tally, c: &ShardCounters, fast_replays: &Striped) {
+    pub(crate) fn publish(
+        &mut self,
+        t: &Tally,
+        c: &ShardCounters,
+        fast_replays: &Striped,
+        fast_joins: &Striped,
+    ) {
         c.in_flight.store(t.in_flight, Relaxed);
         c.completed.store(t.completed, Relaxed);
         c.executed.store(t.executed, Relaxed);
@@ -109,6 +117,11 @@ impl Publisher {
             if fast != self.fast_sent {
                 self.calls[2].increment(fast - self.fast_sent);
                 self.fast_sent = fast;
+            }
+            let joins = fast_joins.sum();
+            if joins != self.fast_joins_sent {
+                self.calls[1].increment(joins - self.fast_joins_sent);
+                self.fast_joins_sent = joins;
             }
         }
     }

@@ -197,7 +197,7 @@ fn stats_overhead<S: Store>(ctx: &mut Ctx, store: &Arc<S>, keys: &Arc<Vec<S::Key
     let Some(idem) = any.downcast_ref::<Arc<Idem>>() else {
         return;
     };
-    let pairs = if ctx.quick { 6 } else { 20 };
+    let pairs = if ctx.quick { 12 } else { 30 };
     let rounds = ((ops * 0.1) as u64 / CLIENT_TASKS as u64).max(10);
     let (mut with, mut without) = (Vec::new(), Vec::new());
     let per_run = (rounds * CLIENT_TASKS as u64) as f64;

@@ -41,12 +41,21 @@
 //!
 //! A scope is hashed once (SipHash with a random key per process: clients choose keys, so the hash
 //! must not be predictable) and the hash picks one of N shards. Each shard is **one tokio task that
-//! alone owns** a `hashbrown` table of entries (in flight with their waiters, or completed with
-//! their result) and an ordered timer queue of leases and expiries (one `tokio` sleep per shard).
-//! Callers reach it through a bounded mailbox that the shard drains in batches; a full mailbox
-//! makes callers wait asynchronously. No map is shared, no lock is held across an `.await`, and no
-//! executor thread ever blocks (sleeping a thread and blocking receives are banned by the
+//! alone owns** a `hashbrown` table of entries (in flight, or completed with their result) and an
+//! ordered timer queue of leases and expiries (one `tokio` sleep per shard). Callers reach it
+//! through a bounded mailbox that the shard drains in batches; a full mailbox makes callers wait
+//! asynchronously. Leaders report how their runs ended through a per-shard completion queue that
+//! the shard applies before each batch. No map is shared, no lock is held across an `.await`, and
+//! no executor thread ever blocks (sleeping a thread and blocking receives are banned by the
 //! workspace's clippy config).
+//!
+//! Three things reach the shard's state without a message, and none of them decides anything:
+//! a replay reads a stored success through the shard's published table (a reader lock sharded by
+//! thread, which the shard takes for writing once per batch, never across an `.await`); a
+//! duplicate of a run in flight finds, the same way, the broadcast cell the shard made for that
+//! run's first duplicate and waits on it; and `stats()` reads counters the shard publishes. Who
+//! leads, what conflicts, what is rejected, when a run ends and what its waiters get are decided by
+//! the shard alone.
 //!
 //! The action itself runs in the leader's own call, not in a spawned task: a spawn per action cost
 //! ~37% of new-key throughput in a prototype. If the leader's call is dropped mid-run (client

@@ -68,10 +68,10 @@ impl Ctx {
     /// draining their tables, moka's housekeeper, the DashMap design's sweeper, results of the
     /// 1 s TTL still expiring) before the next store is measured, so no store pays for another's
     /// teardown.
-    fn retire(&self, drop_store: impl std::future::Future<Output = ()>) {
+    fn retire(&self, drop_store: impl std::future::Future<Output = ()>, settle: Duration) {
         self.rt.block_on(async {
             drop_store.await;
-            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            tokio::time::sleep(settle).await;
         });
     }
 
@@ -99,6 +99,11 @@ impl Ctx {
 }
 
 /// Samples criterion measured: (iterations, time). The last `samples` calls are the measurement.
+/// The pause after a store is dropped (replay and hot key keep nothing that expires soon).
+const SETTLE: Duration = Duration::from_millis(500);
+/// After the unique workload: its results live 1 s, so the last ones are still expiring.
+const SETTLE_UNIQUE: Duration = Duration::from_millis(1_500);
+
 type Record = Arc<Mutex<Vec<(u64, Duration)>>>;
 
 /// The median over the measured samples of calls per second, one iteration being `per_iter` calls.
@@ -185,7 +190,7 @@ fn replay<S: Store>(ctx: &mut Ctx, g: &mut BenchmarkGroup<'_, WallTime>) {
     if S::NAME == Idem::NAME {
         stats_overhead(ctx, &store, &keys, ops);
     }
-    ctx.retire(async move { drop((store, keys)) });
+    ctx.retire(async move { drop((store, keys)) }, SETTLE);
 }
 
 /// SPEC E9 / issue 4: `stats()` read every millisecond under the replay load. Alternates runs
@@ -254,7 +259,7 @@ fn unique<S: Store>(ctx: &mut Ctx, g: &mut BenchmarkGroup<'_, WallTime>) {
     }
     latency_fields(&run, &mut m);
     ctx.put("unique", S::NAME, m);
-    ctx.retire(async move { drop(store) });
+    ctx.retire(async move { drop(store) }, SETTLE_UNIQUE);
 }
 
 /// (c) Hot key for store `S`: every burst is checked for exactly one run.
@@ -305,7 +310,7 @@ fn hot_key<S: Store>(ctx: &mut Ctx, g: &mut BenchmarkGroup<'_, WallTime>) {
     }
     drop(all);
     ctx.put("hot_key", S::NAME, m);
-    ctx.retire(async move { drop(store) });
+    ctx.retire(async move { drop(store) }, SETTLE);
 }
 
 fn round1(x: f64) -> f64 {

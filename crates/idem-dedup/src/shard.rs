@@ -102,6 +102,8 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                 () = self.core.wheel.fired(), if self.core.wheel.is_armed() => {
                     let mut guard = write_lock(&published).await;
                     std::mem::swap(&mut self.table, &mut *guard);
+                    // A run that already reported its end is not swept as past its lease.
+                    self.apply_reports();
                     self.sweep();
                     std::mem::swap(&mut self.table, &mut *guard);
                 }

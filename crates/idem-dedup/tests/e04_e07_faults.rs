@@ -317,3 +317,42 @@ async fn e5_leader_dropped_before_it_starts_frees_the_scope() {
     assert_eq!(*out.value(), 2, "no abandoned entry blocked the scope");
     eventually("nothing in flight", || engine.stats().in_flight == 0).await;
 }
+
+/// E5/E6: a run that ends 1 ms before its lease is stored and replayed after the lease time has
+/// passed — not swept as expired, which would let the retry that follows run the side effect a
+/// second time. (The shard also applies queued reports before each sweep, for the case where the
+/// lease timer and the report are ready at the same poll; a single-threaded test cannot force that
+/// order, so this one pins the outcome, not the race.)
+#[tokio::test(start_paused = true)]
+async fn e6_a_run_that_ended_just_before_its_lease_is_stored_not_expired() {
+    let engine = Engine::<u32>::builder()
+        .shards(1)
+        .in_flight_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let s = scope("order-lease-edge");
+    let runs = Runs::default();
+    let r = runs.clone();
+    let first = engine
+        .execute(&s, fp("a"), move || async move {
+            r.hit();
+            tokio::time::sleep(Duration::from_millis(99)).await;
+            Ok(7)
+        })
+        .await
+        .unwrap();
+    assert_eq!(first.kind(), OutcomeKind::Executed);
+    // Pass the lease right after the leader's report.
+    advance(Duration::from_millis(5)).await;
+    let r = runs.clone();
+    let again = engine
+        .execute(&s, fp("a"), move || async move {
+            r.hit();
+            Ok(8)
+        })
+        .await
+        .unwrap();
+    assert_eq!((again.kind(), *again.value()), (OutcomeKind::Replayed, 7));
+    assert_eq!(runs.get(), 1);
+    assert_eq!(engine.stats().outcomes.lease_expired, 0);
+}

@@ -260,7 +260,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             None => {}
         }
         let tx = &inner.shards[index];
-        let inbox = &*inner.inboxes[index];
+        let inbox = &inner.inboxes[index];
         let (reply_tx, reply_rx) = oneshot::channel();
         let msg = Msg::Begin {
             hash,

@@ -14,8 +14,9 @@
 //! The actor drains this queue before every mailbox batch. A report is pushed before the
 //! leader's call returns, so any message a caller sends after seeing that result (a `Lookup`, a
 //! `Begin` for the same scope) finds the report already applied (SPEC E13's look-up, E1's replay).
-//! Reports from runs handed off to a task (SPEC E5) still travel as mailbox messages: those tasks
-//! hold a sender, which keeps the actor alive until they have reported.
+//! The actor also applies it before each sweep, so a run whose report and lease timer are ready at
+//! the same poll is stored, not expired. A run handed off to a task (SPEC E5) reports here too;
+//! the task holds a mailbox sender until it has, which keeps the actor alive to apply it.
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;

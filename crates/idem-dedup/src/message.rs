@@ -19,12 +19,6 @@ pub(crate) enum Msg<V> {
         fingerprint: Fingerprint,
         reply: oneshot::Sender<Reply<V>>,
     },
-    /// The run identified by (`hash`, `token`) ended.
-    Complete {
-        hash: u64,
-        token: u64,
-        end: RunEnd<V>,
-    },
     /// Operator look-up (SPEC E13).
     Lookup {
         hash: u64,

@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 
 use crate::inbox::{Inbox, Report};
 use crate::message::{Msg, RunEnd};
+use std::sync::Arc;
 
 /// What a driven action yields: its result or a panic payload; `None` when its lease ran out.
 type DrivenOutput<V> = Option<Result<Result<V, Status>, Box<dyn Any + Send>>>;
@@ -63,7 +64,7 @@ pub(crate) struct Run<
     Fut: Future<Output = Result<V, Status>> + Send + 'static,
 > {
     fut: Option<Leased<Fut>>,
-    inbox: &'a Inbox<V>,
+    inbox: &'a Arc<Inbox<V>>,
     tx: &'a mpsc::Sender<Msg<V>>,
     hash: u64,
     token: u64,
@@ -78,7 +79,7 @@ where
     pub(crate) fn new(
         action: Fut,
         lease: Duration,
-        inbox: &'a Inbox<V>,
+        inbox: &'a Arc<Inbox<V>>,
         tx: &'a mpsc::Sender<Msg<V>>,
         hash: u64,
         token: u64,
@@ -124,11 +125,14 @@ where
     fn drop(&mut self) {
         if let Some(fut) = self.fut.take() {
             // Hand-off on drop: the caller left mid-run; finish the action in a task of its own.
-            let tx = self.tx.clone();
+            // The task reports through the inbox like a leader, and holds a sender until then so
+            // the shard outlives it (it applies its inbox once more when its last sender goes).
+            let (tx, inbox) = (self.tx.clone(), self.inbox.clone());
             let (hash, token) = (self.hash, self.token);
             self.handle.spawn(async move {
                 let end = to_end(fut.await);
-                let _ = tx.send(Msg::Complete { hash, token, end }).await;
+                inbox.push(Report { hash, token, end });
+                drop(tx);
             });
         }
     }

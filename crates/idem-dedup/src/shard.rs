@@ -161,10 +161,6 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                 fingerprint,
                 reply,
             } => self.on_begin(hash, scope, fingerprint, reply),
-            Msg::Complete { hash, token, end } => {
-                self.on_complete(hash, token, end);
-                self.trim_leases();
-            }
             Msg::Lookup { hash, scope, reply } => {
                 let now = self.core.clock.now();
                 let cfg = &self.core.cfg;

@@ -100,12 +100,19 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                 // Timers first, so expiry keeps up under load and memory stays bounded (SPEC Z3).
                 biased;
                 () = self.core.wheel.fired(), if self.core.wheel.is_armed() => {
-                    let mut guard = write_lock(&published).await;
-                    std::mem::swap(&mut self.table, &mut *guard);
-                    // A run that already reported its end is not swept as past its lease.
-                    self.apply_reports();
-                    self.sweep();
-                    std::mem::swap(&mut self.table, &mut *guard);
+                    let more = {
+                        let mut guard = write_lock(&published).await;
+                        std::mem::swap(&mut self.table, &mut *guard);
+                        // A run that already reported its end is not swept as past its lease.
+                        self.apply_reports();
+                        let more = self.sweep();
+                        std::mem::swap(&mut self.table, &mut *guard);
+                        more
+                    };
+                    if more {
+                        // Many expiries at once: a batch per poll, so no worker is held long.
+                        tokio::task::yield_now().await;
+                    }
                 }
                 () = inbox.signalled() => {
                     let mut guard = write_lock(&published).await;
@@ -143,12 +150,17 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
             }
             self.publish();
         }
-        let mut guard = write_lock(&published).await;
-        std::mem::swap(&mut self.table, &mut *guard);
-        self.apply_reports();
-        self.stop();
-        std::mem::swap(&mut self.table, &mut *guard);
-        drop(guard);
+        // Take the entries out and publish an empty table, then drop them outside the lock, a
+        // batch per poll: a shard of a million entries must not hold a worker for one long poll.
+        let table = {
+            let mut guard = write_lock(&published).await;
+            std::mem::swap(&mut self.table, &mut *guard);
+            self.apply_reports();
+            let table = std::mem::take(&mut self.table);
+            std::mem::swap(&mut self.table, &mut *guard);
+            table
+        };
+        self.stop(table).await;
         self.publish();
     }
 
@@ -371,12 +383,21 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
 
     /// Timers are due: removes every entry whose lease or expiry has passed, drops stale queue
     /// items, and re-arms the sleep for the earliest deadline still pending.
-    fn sweep(&mut self) {
+    /// At most [`BATCH`] queue items per call; returns whether due items remain (the wheel is
+    /// then armed for now, and the caller yields before the next call).
+    fn sweep(&mut self) -> bool {
         let now = self.core.clock.now();
         let lease = nanos(self.core.cfg.in_flight_timeout);
         let mut next: Option<Nanos> = None;
+        let mut budget = BATCH;
         for kind in Kind::ALL {
             while let Some((hash, token)) = self.core.wheel.front(kind) {
+                if budget == 0 {
+                    // More may be due: come back after the other branches had a turn.
+                    self.core.wheel.arm(Some(now));
+                    return true;
+                }
+                budget -= 1;
                 let Ok(occ) = self.table.find_entry(hash, |e| e.token == token) else {
                     self.core.wheel.pop(kind); // the run is gone
                     continue;
@@ -407,18 +428,23 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
             }
         }
         self.core.wheel.arm(next);
+        false
     }
 
-    /// Shutdown: every waiter still waiting gets `ShuttingDown`; the map and wheel are emptied.
-    fn stop(&mut self) {
+    /// Shutdown: every waiter still waiting gets `ShuttingDown`; the entries (taken out of the
+    /// published table) and the wheel are emptied, [`BATCH`] entries per poll.
+    async fn stop(&mut self, mut table: HashTable<Box<Entry<V>>>) {
         self.rx.close();
-        for e in self.table.drain() {
+        for (i, e) in table.drain().enumerate() {
             self.core.shared.entries.fetch_sub(1, Relaxed);
             if let State::InFlight(InFlight {
                 join: Some(cell), ..
             }) = e.state
             {
                 cell.resolve(Err(DedupError::ShuttingDown));
+            }
+            if (i + 1) % BATCH == 0 {
+                tokio::task::yield_now().await;
             }
         }
         self.core.wheel.clear();
@@ -504,6 +530,9 @@ impl Core {
         }
     }
 }
+
+/// Entries a shard expires or drops per poll before it yields to the scheduler.
+const BATCH: usize = 4096;
 
 fn nanos(d: Duration) -> Nanos {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)

@@ -224,3 +224,31 @@ async fn e13_forget_in_flight_releases_waiters_and_lookup_shows_state() {
     tokio::task::yield_now().await;
     assert_eq!(engine.lookup(&s).await.unwrap(), None);
 }
+
+/// E2 with more results due at once than a shard expires per poll (it works in batches so no
+/// worker is held for one long poll): every one of them is still removed without any read, and a
+/// call after that runs again.
+#[tokio::test(start_paused = true)]
+async fn e2_a_flood_of_simultaneous_expiries_is_removed_in_batches() {
+    const N: u64 = 10_000;
+    let engine = Engine::<u64>::builder()
+        .shards(1)
+        .ttl(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    for i in 0..N {
+        engine
+            .execute(&common::nth_scope(i), fp("a"), move || async move { Ok(i) })
+            .await
+            .unwrap();
+    }
+    eventually("stored", || engine.stats().completed == N).await;
+    advance(Duration::from_secs(61)).await;
+    eventually("expired by the wheel", || engine.stats().completed == 0).await;
+    assert_eq!(engine.stats().outcomes.expired, N);
+    let again = engine
+        .execute(&common::nth_scope(N - 1), fp("a"), || async { Ok(0) })
+        .await
+        .unwrap();
+    assert_eq!(again.kind(), OutcomeKind::Executed);
+}

@@ -329,3 +329,23 @@ fn builder_outside_a_runtime_is_an_error_not_a_panic() {
         ConfigError::NoRuntime
     );
 }
+
+/// E10 with more entries than a shard drops per poll (it drops them in batches, so no worker is
+/// held for one long poll): dropping the last handle still stops the actor, and every entry is gone
+/// from the engine-wide count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e10_dropping_the_last_handle_stops_a_full_shard_in_batches() {
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let before = metrics.num_alive_tasks();
+    let engine = Engine::<u64>::builder().shards(1).build().unwrap();
+    for i in 0..10_000u64 {
+        engine
+            .execute(&nth_scope(i), fp("a"), move || async move { Ok(i) })
+            .await
+            .unwrap();
+    }
+    eventually("stored", || engine.stats().completed == 10_000).await;
+    assert_eq!(metrics.num_alive_tasks(), before + 1);
+    drop(engine);
+    eventually("actor stopped", || metrics.num_alive_tasks() == before).await;
+}

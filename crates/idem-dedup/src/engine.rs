@@ -2,7 +2,6 @@
 
 use std::fmt;
 use std::future::Future;
-use std::hash::BuildHasher;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Acquire, Ordering::Release};
@@ -17,6 +16,7 @@ use tokio::time::Instant;
 use crate::config::{Config, EngineBuilder, InFlightPolicy};
 use crate::entry::EntryInfo;
 use crate::entry::{InFlight, State};
+use crate::hash::ScopeHasher;
 use crate::inbox::{Inbox, Report};
 use crate::join::JoinCell;
 use crate::message::{Msg, Reply, RunEnd};
@@ -49,7 +49,7 @@ struct Inner<V> {
     inboxes: Box<[Arc<Inbox<V>>]>,
     /// Each shard's table, for lock-free-in-practice replays (`try_read`, never waits).
     tables: Box<[SharedTable<V>]>,
-    hasher: std::hash::RandomState,
+    hasher: ScopeHasher,
     shared: Arc<Shared>,
     cfg: Arc<Config>,
     handle: tokio::runtime::Handle,
@@ -180,7 +180,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
                 shards,
                 inboxes,
                 tables,
-                hasher: std::hash::RandomState::new(),
+                hasher: ScopeHasher::random(),
                 shared,
                 cfg,
                 handle,
@@ -252,7 +252,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         if inner.shared.shutting_down.load(Acquire) {
             return Err(DedupError::ShuttingDown);
         }
-        let hash = inner.hasher.hash_one(scope.as_bytes());
+        let hash = inner.hasher.hash(scope.as_bytes());
         let index = shard_index(hash, inner.shards.len());
         match self.read_path(index, hash, scope, fingerprint) {
             Some(Fast::Replay(out)) => return Ok(out),
@@ -415,11 +415,13 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             }
             _ => return None,
         };
-        let clock = &self.inner.shared.clock;
-        if e.fingerprint != fingerprint || clock.now() >= *expires {
+        // The expiry as an instant, compared with the clock's instant: the same test as
+        // `clock.now() >= expires`, without converting the current time to nanoseconds.
+        let expires_at = self.inner.shared.clock.instant(*expires);
+        if e.fingerprint != fingerprint || tokio::time::Instant::now() >= expires_at {
             return None;
         }
-        let out = Outcome::new(v.clone(), OutcomeKind::Replayed, clock.instant(*expires));
+        let out = Outcome::new(v.clone(), OutcomeKind::Replayed, expires_at);
         drop(table);
         self.inner.shared.fast_replays.add(1);
         Some(Fast::Replay(out))
@@ -451,7 +453,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
     ///
     /// [`DedupError::ShuttingDown`] once the actors stopped.
     pub async fn lookup(&self, scope: &Scope) -> Result<Option<EntryInfo>, DedupError> {
-        let hash = self.inner.hasher.hash_one(scope.as_bytes());
+        let hash = self.inner.hasher.hash(scope.as_bytes());
         let index = shard_index(hash, self.inner.shards.len());
         let (reply, rx) = oneshot::channel();
         let scope = scope.clone();
@@ -470,7 +472,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
     ///
     /// [`DedupError::ShuttingDown`] once the actors stopped.
     pub async fn forget(&self, scope: &Scope) -> Result<bool, DedupError> {
-        let hash = self.inner.hasher.hash_one(scope.as_bytes());
+        let hash = self.inner.hasher.hash(scope.as_bytes());
         let index = shard_index(hash, self.inner.shards.len());
         let (reply, rx) = oneshot::channel();
         let scope = scope.clone();

@@ -39,8 +39,9 @@
 //!
 //! ## Shape (SPEC E8)
 //!
-//! A scope is hashed once (SipHash with a random key per process: clients choose keys, so the hash
-//! must not be predictable) and the hash picks one of N shards. Each shard is **one tokio task that
+//! A scope is hashed once (SipHash-1-3 with a random key per engine, in one pass over the scope's
+//! bytes: clients choose keys, so the hash must not be predictable) and the hash picks one of N
+//! shards. Each shard is **one tokio task that
 //! alone owns** a `hashbrown` table of entries (in flight, or completed with their result) and an
 //! ordered timer queue of leases and expiries (one `tokio` sleep per shard). Callers reach it
 //! through a bounded mailbox that the shard drains in batches; a full mailbox makes callers wait
@@ -112,6 +113,7 @@ mod config;
 mod engine;
 mod entry;
 mod error;
+mod hash;
 mod inbox;
 mod join;
 mod message;

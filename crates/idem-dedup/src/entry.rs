@@ -73,6 +73,72 @@ impl StoredScope {
     }
 }
 
+impl<V> Entry<V> {
+    /// Empties a removed entry so its allocation can hold the shard's next new key (see
+    /// [`Spares`]): returns its state and lets go of a shared scope. What is left is a few
+    /// plain bytes.
+    pub(crate) fn vacate(&mut self) -> State<V> {
+        if let StoredScope::Shared(_) = self.scope {
+            self.scope = StoredScope::Inline {
+                len: 0,
+                bytes: [0; INLINE_SCOPE],
+            };
+        }
+        let vacant = State::InFlight(InFlight {
+            started: 0,
+            join: None,
+        });
+        std::mem::replace(&mut self.state, vacant)
+    }
+}
+
+/// A shard's emptied entry allocations, kept for its next new keys.
+///
+/// A removed entry's box would go back to the allocator and a new key would ask it for one
+/// again; under a steady stream of new keys the shard removes about as many entries (expired)
+/// as it creates, so it keeps up to [`Spares::MAX`] boxes and reuses them. This takes the
+/// allocator's free path (which, for a box that another worker thread allocated, takes that
+/// thread's arena lock) and its allocation path off the actor. The kept boxes hold no values
+/// or scopes ([`Entry::vacate`]), and at most `MAX` × 152 bytes (~150 KiB) per shard.
+pub(crate) struct Spares<V> {
+    boxes: Vec<Box<Entry<V>>>,
+}
+
+impl<V> Spares<V> {
+    /// Boxes kept per shard.
+    pub(crate) const MAX: usize = 1024;
+
+    pub(crate) fn new() -> Self {
+        Spares { boxes: Vec::new() }
+    }
+
+    /// Takes a removed entry: returns its state, and keeps the box if there is room.
+    pub(crate) fn keep(&mut self, mut e: Box<Entry<V>>) -> State<V> {
+        let state = e.vacate();
+        if self.boxes.len() < Self::MAX {
+            self.boxes.push(e);
+        }
+        state
+    }
+
+    /// Boxes `e`, in a kept allocation when there is one.
+    pub(crate) fn boxed(&mut self, e: Entry<V>) -> Box<Entry<V>> {
+        match self.boxes.pop() {
+            Some(mut b) => {
+                *b = e;
+                b
+            }
+            None => Box::new(e),
+        }
+    }
+
+    /// Boxes kept now.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.boxes.len()
+    }
+}
+
 pub(crate) enum State<V> {
     InFlight(InFlight<V>),
     Done {
@@ -164,6 +230,59 @@ mod tests {
 
     fn scope(tenant: &str, method: &str, key: &str) -> Scope {
         Scope::parse(tenant, method, key).expect("valid scope")
+    }
+
+    fn done(scope: Scope, value: Arc<[u8]>) -> Entry<Arc<[u8]>> {
+        Entry {
+            hash: 1,
+            token: 2,
+            scope: StoredScope::new(scope),
+            fingerprint: Fingerprint::of(b"body"),
+            state: State::Done {
+                result: Ok(value),
+                expires: 3,
+            },
+        }
+    }
+
+    /// E7: a removed entry kept for reuse holds neither its value nor a long scope's shared
+    /// bytes; the next new key gets the same allocation; no more than `MAX` are kept.
+    #[test]
+    fn e7_spare_boxes_let_go_of_values_and_scopes_and_are_reused() {
+        let mut spares = Spares::new();
+        let value: Arc<[u8]> = Arc::from(&b"result"[..]);
+        let method = format!("/{}/CreateOrder", "very.long.package.name".repeat(8));
+        let long = scope("t", &method, "key-00000001");
+        let e = Box::new(done(long.clone(), value.clone()));
+        assert!(matches!(e.scope, StoredScope::Shared(_)));
+        let addr = std::ptr::from_ref::<Entry<_>>(&*e);
+        assert_eq!(Arc::strong_count(&value), 2);
+        let state = spares.keep(e);
+        drop(state);
+        assert_eq!(
+            Arc::strong_count(&value),
+            1,
+            "the kept box dropped the value"
+        );
+        assert!(
+            matches!(spares.boxes[0].scope, StoredScope::Inline { len: 0, .. }),
+            "and the long scope's shared bytes"
+        );
+        assert_eq!(spares.len(), 1);
+
+        let next = spares.boxed(done(scope("t", "/m", "key-00000002"), value.clone()));
+        assert_eq!(std::ptr::from_ref::<Entry<_>>(&*next), addr, "reused");
+        assert!(next.scope.is(&scope("t", "/m", "key-00000002")));
+        assert_eq!(spares.len(), 0);
+
+        for _ in 0..Spares::<Arc<[u8]>>::MAX + 10 {
+            drop(spares.keep(Box::new(done(
+                scope("t", "/m", "key-00000003"),
+                value.clone(),
+            ))));
+        }
+        assert_eq!(spares.len(), Spares::<Arc<[u8]>>::MAX);
+        assert_eq!(Arc::strong_count(&value), 2, "only `next` still holds it");
     }
 
     /// K3/E8: an entry's scope compares by the encoded bytes, inline or shared, at and around the

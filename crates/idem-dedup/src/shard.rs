@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{Config, InFlightPolicy};
 use crate::engine::Shared;
-use crate::entry::{Entry, InFlight, State, StoredScope};
+use crate::entry::{Entry, InFlight, Spares, State, StoredScope};
 use crate::inbox::{Inbox, Report};
 use crate::join::JoinCell;
 use crate::message::{Msg, Reply, RunEnd};
@@ -40,6 +40,8 @@ pub(crate) struct Shard<V> {
     /// moves a few words, not the entries).
     table: HashTable<Box<Entry<V>>>,
     published: SharedTable<V>,
+    /// Removed entries' boxes, reused for new keys.
+    spares: Spares<V>,
     core: Core,
     publisher: Publisher,
 }
@@ -72,6 +74,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
             reports: Vec::new(),
             table: HashTable::new(),
             published,
+            spares: Spares::new(),
             core: Core {
                 wheel: Wheel::new(clock),
                 clock,
@@ -191,7 +194,8 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                             self.core.tally.abandoned += 1;
                         }
                         // Its timers stay queued and are dropped as stale when they come up.
-                        self.core.release(*e, || DedupError::Abandoned);
+                        let state = self.spares.keep(e);
+                        self.core.release(state, || DedupError::Abandoned);
                         true
                     }
                     Err(_) => false,
@@ -213,8 +217,9 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         let slot = self.table.entry(hash, |e| e.scope.is(&scope), |e| e.hash);
         let mut occ = match slot {
             Slot::Vacant(vacant) => {
+                let spares = &mut self.spares;
                 self.core
-                    .begin_vacant(vacant, hash, scope, fingerprint, reply);
+                    .begin_vacant(vacant, spares, hash, scope, fingerprint, reply);
                 return;
             }
             Slot::Occupied(occ) => occ,
@@ -222,12 +227,14 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         // An expired result is gone, even if the wheel has not swept it yet (SPEC E2).
         let now = self.core.clock.now();
         if occ.get().is_expired(now) {
-            let (_old, vacant) = occ.remove();
+            let (old, vacant) = occ.remove();
+            drop(self.spares.keep(old));
             self.core.tally.completed -= 1;
             self.core.tally.expired += 1;
             self.core.shared.entries.fetch_sub(1, Relaxed);
+            let spares = &mut self.spares;
             self.core
-                .begin_vacant(vacant, hash, scope, fingerprint, reply);
+                .begin_vacant(vacant, spares, hash, scope, fingerprint, reply);
             return;
         }
         let e = occ.get_mut();
@@ -288,28 +295,29 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         };
         let Some((at, ttl)) = cached else {
             let (e, _) = occ.remove();
+            let e = self.spares.keep(e);
             match end {
                 RunEnd::Finished(Err(status), _) => {
                     core.tally.failed += 1;
-                    core.release(*e, || DedupError::Action {
+                    core.release(e, || DedupError::Action {
                         status: status.clone(),
                         outcome: OutcomeKind::Joined,
                     });
                 }
                 RunEnd::Panicked(message) => {
                     core.tally.panicked += 1;
-                    core.release(*e, || DedupError::Panicked {
+                    core.release(e, || DedupError::Panicked {
                         message: message.clone(),
                     });
                 }
                 RunEnd::LeaseExpired => {
                     core.tally.lease_expired += 1;
                     let after = core.cfg.in_flight_timeout;
-                    core.release(*e, || DedupError::LeaseExpired { after });
+                    core.release(e, || DedupError::LeaseExpired { after });
                 }
                 RunEnd::Abandoned => {
                     core.tally.abandoned += 1;
-                    core.release(*e, || DedupError::Abandoned);
+                    core.release(e, || DedupError::Abandoned);
                 }
                 // `cached` is Some for every success.
                 RunEnd::Finished(Ok(_), _) => {}
@@ -416,14 +424,15 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                 }
                 self.core.wheel.pop(kind);
                 let (e, _) = occ.remove();
+                let e = self.spares.keep(e);
                 let core = &mut self.core;
-                if matches!(e.state, State::InFlight(_)) {
+                if matches!(e, State::InFlight(_)) {
                     core.tally.lease_expired += 1;
                     let after = core.cfg.in_flight_timeout;
-                    core.release(*e, || DedupError::LeaseExpired { after });
+                    core.release(e, || DedupError::LeaseExpired { after });
                 } else {
                     core.tally.expired += 1;
-                    core.release(*e, || DedupError::Abandoned);
+                    core.release(e, || DedupError::Abandoned);
                 }
             }
         }
@@ -469,9 +478,11 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
 }
 
 impl Core {
+    #[allow(clippy::too_many_arguments)]
     fn begin_vacant<V>(
         &mut self,
         vacant: VacantEntry<'_, Box<Entry<V>>>,
+        spares: &mut Spares<V>,
         hash: u64,
         scope: Scope,
         fingerprint: Fingerprint,
@@ -502,7 +513,7 @@ impl Core {
             hash,
             token,
         );
-        vacant.insert(Box::new(Entry {
+        vacant.insert(spares.boxed(Entry {
             hash,
             token,
             scope: StoredScope::new(scope),
@@ -516,10 +527,10 @@ impl Core {
         self.tally.in_flight += 1;
     }
 
-    /// Accounts for a removed entry; an in-flight one's waiters get `err()`.
-    fn release<V>(&mut self, e: Entry<V>, err: impl Fn() -> DedupError) {
+    /// Accounts for a removed entry (its state); an in-flight one's waiters get `err()`.
+    fn release<V>(&mut self, state: State<V>, err: impl Fn() -> DedupError) {
         self.shared.entries.fetch_sub(1, Relaxed);
-        match e.state {
+        match state {
             State::InFlight(f) => {
                 self.tally.in_flight -= 1;
                 if let Some(cell) = f.join {

@@ -256,9 +256,32 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         let index = shard_index(hash, inner.shards.len());
         match self.read_path(index, hash, scope, fingerprint) {
             Some(Fast::Replay(out)) => return Ok(out),
-            Some(Fast::Join(cell)) => return self.join(index, &cell, deadline).await,
+            // Boxed: the wait (a `Notified` and the deadline's state) would otherwise be the
+            // largest part of every call's future, and every spawned request moves its future.
+            Some(Fast::Join(cell)) => return Box::pin(self.join(index, &cell, deadline)).await,
             None => {}
         }
+        // Boxed for the same reason: a replay, the commonest call, then carries only this
+        // function's arguments in its future, not the states of asking the shard and running.
+        Box::pin(self.ask(index, hash, scope, fingerprint, deadline, action)).await
+    }
+
+    /// The message path: asks the shard, then leads (runs the action inline), waits for the run
+    /// in flight, or returns the shard's answer.
+    async fn ask<F, Fut>(
+        &self,
+        index: usize,
+        hash: u64,
+        scope: &Scope,
+        fingerprint: Fingerprint,
+        deadline: Option<Deadline>,
+        action: F,
+    ) -> Result<Outcome<V>, DedupError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<V, Status>> + Send + 'static,
+    {
+        let inner = &*self.inner;
         let tx = &inner.shards[index];
         let inbox = &inner.inboxes[index];
         let (reply_tx, reply_rx) = oneshot::channel();
@@ -290,7 +313,6 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             };
             match reply {
                 Reply::Done(answer) => return answer,
-                Reply::Join(cell) => return self.join(index, &cell, deadline).await,
                 Reply::Lead { token } => token,
             }
         };

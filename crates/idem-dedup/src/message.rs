@@ -3,16 +3,13 @@
 use idem_core::{Fingerprint, Scope, Status};
 use tokio::sync::oneshot;
 
-use std::sync::Arc;
-
 use crate::entry::EntryInfo;
-use crate::join::JoinCell;
 use crate::{DedupError, Outcome};
 
 /// A request to a shard. Only the shard reads or writes its map; everything else sends one of these.
 pub(crate) enum Msg<V> {
-    /// A call for `scope`: the shard answers `Lead` (run the action), `Join` (wait on the run in
-    /// flight), or `Done` (replay, conflict, full, reject).
+    /// A call for `scope`: the shard answers `Lead` (run the action) or `Done` (replay, conflict,
+    /// full, reject; for a run in flight, when it ends).
     Begin {
         hash: u64,
         scope: Scope,
@@ -39,9 +36,8 @@ pub(crate) enum Msg<V> {
 pub(crate) enum Reply<V> {
     /// This caller leads: run the action and report its end with this token.
     Lead { token: u64 },
-    /// A run of this scope is in flight: wait on its cell (see `join.rs`).
-    Join(Arc<JoinCell<V>>),
-    /// The final answer for this caller.
+    /// The final answer for this caller (for a duplicate of a run in flight, sent when the run
+    /// ends; see `join.rs`).
     Done(Result<Outcome<V>, DedupError>),
 }
 

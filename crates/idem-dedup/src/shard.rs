@@ -248,9 +248,11 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
             State::InFlight(f) => match core.cfg.in_flight_policy {
                 InFlightPolicy::Wait => {
                     core.tally.joined += 1;
+                    // The run's first duplicate creates the cell that later ones find on the
+                    // read path; this one is answered through its reply slot when the run ends.
                     let cell = f.join.get_or_insert_with(|| Arc::new(JoinCell::new()));
                     cell.count_in();
-                    let _ = reply.send(Reply::Join(cell.clone()));
+                    cell.answer_later(reply);
                 }
                 InFlightPolicy::Reject => {
                     core.tally.rejected_in_flight += 1;
@@ -528,7 +530,7 @@ impl Core {
     }
 
     /// Accounts for a removed entry (its state); an in-flight one's waiters get `err()`.
-    fn release<V>(&mut self, state: State<V>, err: impl Fn() -> DedupError) {
+    fn release<V: Clone>(&mut self, state: State<V>, err: impl Fn() -> DedupError) {
         self.shared.entries.fetch_sub(1, Relaxed);
         match state {
             State::InFlight(f) => {

@@ -99,8 +99,10 @@
 //! entry), one 152-byte allocation that holds the scope's encoded bytes inline when they fit in
 //! 86 bytes (tenant + method + key + 4; longer scopes keep a reference to the caller's shared
 //! bytes instead), the value `V` inside it, and a 16-byte timer-queue item: about 188 bytes for a
-//! `u64` value at 1,000,000 entries (`examples/entry_bytes.rs`). See the repository's
-//! `BENCHMARKS.md` for the comparison with other stores.
+//! `u64` value at 1,000,000 entries (`examples/entry_bytes.rs`). A shard also keeps up to 1,024
+//! emptied allocations of removed entries (about 150 KiB) to reuse for new keys, so a steady
+//! stream of new keys and expiries does not go through the allocator twice per key. See the
+//! repository's `BENCHMARKS.md` for the comparison with other stores.
 #![forbid(unsafe_code)]
 #![warn(
     missing_docs,

@@ -70,9 +70,12 @@ impl<V> Inbox<V> {
         std::mem::swap(&mut *self.reports.lock(), into);
     }
 
-    /// Resolves when a report may be waiting (a permit is stored if nobody is waiting yet).
-    pub(crate) async fn signalled(&self) {
-        self.signal.notified().await;
+    /// Resolves when a report may be waiting (a permit is stored if nobody is waiting yet). The
+    /// actor keeps one of these pinned across its loop and makes a new one only after it fired:
+    /// a fresh one per loop turn would join and leave the `Notify`'s waiter list (its lock,
+    /// twice) on every batch.
+    pub(crate) fn signalled(&self) -> tokio::sync::futures::Notified<'_> {
+        self.signal.notified()
     }
 }
 

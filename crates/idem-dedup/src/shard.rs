@@ -98,6 +98,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         // replays happen (those never wake the actor).
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut signalled = std::pin::pin!(inbox.signalled());
         loop {
             tokio::select! {
                 // Timers first, so expiry keeps up under load and memory stays bounded (SPEC Z3).
@@ -116,12 +117,6 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                         // Many expiries at once: a batch per poll, so no worker is held long.
                         tokio::task::yield_now().await;
                     }
-                }
-                () = inbox.signalled() => {
-                    let mut guard = write_lock(&published).await;
-                    std::mem::swap(&mut self.table, &mut *guard);
-                    self.apply_reports();
-                    std::mem::swap(&mut self.table, &mut *guard);
                 }
                 n = self.rx.recv_many(&mut buf, batch) => {
                     if n == 0 {
@@ -148,6 +143,15 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                     if stop {
                         break;
                     }
+                }
+                // After the mailbox: while messages keep coming, their batches apply the reports
+                // too (one write-lock turn for both); this branch serves an idle mailbox.
+                () = signalled.as_mut() => {
+                    signalled.set(inbox.signalled());
+                    let mut guard = write_lock(&published).await;
+                    std::mem::swap(&mut self.table, &mut *guard);
+                    self.apply_reports();
+                    std::mem::swap(&mut self.table, &mut *guard);
                 }
                 _ = tick.tick() => {}
             }

@@ -203,17 +203,19 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
     /// # Cancellation safety
     ///
     /// See the type docs: a dropped leader hands its action to a task (SPEC E5).
-    pub async fn execute<F, Fut>(
-        &self,
-        scope: &Scope,
+    pub fn execute<'a, F, Fut>(
+        &'a self,
+        scope: &'a Scope,
         fingerprint: Fingerprint,
         action: F,
-    ) -> Result<Outcome<V>, DedupError>
+    ) -> impl Future<Output = Result<Outcome<V>, DedupError>> + 'a
     where
-        F: FnOnce() -> Fut,
+        F: FnOnce() -> Fut + 'a,
         Fut: Future<Output = Result<V, Status>> + Send + 'static,
     {
-        self.call(scope, fingerprint, None, action).await
+        // A plain `fn` returning the call's future, not an `async fn` awaiting it: one state
+        // machine instead of two, 40 bytes less in every request's future.
+        self.call(scope, fingerprint, None, action)
     }
 
     /// As [`execute`](Self::execute), but this caller stops waiting at `deadline` with
@@ -223,18 +225,18 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
     /// # Errors
     ///
     /// As [`execute`](Self::execute), plus [`DedupError::DeadlineExceeded`].
-    pub async fn execute_with_deadline<F, Fut>(
-        &self,
-        scope: &Scope,
+    pub fn execute_with_deadline<'a, F, Fut>(
+        &'a self,
+        scope: &'a Scope,
         fingerprint: Fingerprint,
         deadline: Deadline,
         action: F,
-    ) -> Result<Outcome<V>, DedupError>
+    ) -> impl Future<Output = Result<Outcome<V>, DedupError>> + 'a
     where
-        F: FnOnce() -> Fut,
+        F: FnOnce() -> Fut + 'a,
         Fut: Future<Output = Result<V, Status>> + Send + 'static,
     {
-        self.call(scope, fingerprint, Some(deadline), action).await
+        self.call(scope, fingerprint, Some(deadline), action)
     }
 
     async fn call<F, Fut>(
@@ -254,16 +256,19 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         }
         let hash = inner.hasher.hash(scope.as_bytes());
         let index = shard_index(hash, inner.shards.len());
-        match self.read_path(index, hash, scope, fingerprint) {
+        // Decided before any `.await`, so the read path's answer is not kept in this future.
+        let joined = match self.read_path(index, hash, scope, fingerprint) {
             Some(Fast::Replay(out)) => return Ok(out),
-            // Boxed: the wait (a `Notified` and the deadline's state) would otherwise be the
-            // largest part of every call's future, and every spawned request moves its future.
-            Some(Fast::Join(cell)) => return Box::pin(self.join(index, &cell, deadline)).await,
-            None => {}
+            Some(Fast::Join(cell)) => Some(cell),
+            None => None,
+        };
+        // Both waits are boxed: a replay, the commonest call, then carries only this function's
+        // arguments in its future (128 -> 72 bytes here; 552 before anything was boxed), and
+        // every spawned request allocates and moves its future.
+        match joined {
+            Some(cell) => Box::pin(async move { self.join(index, &cell, deadline).await }).await,
+            None => Box::pin(self.ask(index, hash, scope, fingerprint, deadline, action)).await,
         }
-        // Boxed for the same reason: a replay, the commonest call, then carries only this
-        // function's arguments in its future, not the states of asking the shard and running.
-        Box::pin(self.ask(index, hash, scope, fingerprint, deadline, action)).await
     }
 
     /// The message path: asks the shard, then leads (runs the action inline), waits for the run

@@ -203,14 +203,14 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
     /// # Cancellation safety
     ///
     /// See the type docs: a dropped leader hands its action to a task (SPEC E5).
-    pub fn execute<'a, F, Fut>(
-        &'a self,
-        scope: &'a Scope,
+    pub fn execute<'s, 'k, F, Fut>(
+        &'s self,
+        scope: &'k Scope,
         fingerprint: Fingerprint,
         action: F,
-    ) -> impl Future<Output = Result<Outcome<V>, DedupError>> + 'a
+    ) -> impl Future<Output = Result<Outcome<V>, DedupError>> + use<'s, 'k, V, F, Fut>
     where
-        F: FnOnce() -> Fut + 'a,
+        F: FnOnce() -> Fut,
         Fut: Future<Output = Result<V, Status>> + Send + 'static,
     {
         // A plain `fn` returning the call's future, not an `async fn` awaiting it: one state
@@ -225,15 +225,15 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
     /// # Errors
     ///
     /// As [`execute`](Self::execute), plus [`DedupError::DeadlineExceeded`].
-    pub fn execute_with_deadline<'a, F, Fut>(
-        &'a self,
-        scope: &'a Scope,
+    pub fn execute_with_deadline<'s, 'k, F, Fut>(
+        &'s self,
+        scope: &'k Scope,
         fingerprint: Fingerprint,
         deadline: Deadline,
         action: F,
-    ) -> impl Future<Output = Result<Outcome<V>, DedupError>> + 'a
+    ) -> impl Future<Output = Result<Outcome<V>, DedupError>> + use<'s, 'k, V, F, Fut>
     where
-        F: FnOnce() -> Fut + 'a,
+        F: FnOnce() -> Fut,
         Fut: Future<Output = Result<V, Status>> + Send + 'static,
     {
         self.call(scope, fingerprint, Some(deadline), action)

@@ -2,6 +2,8 @@
 
 use std::future::Future;
 
+use futures::FutureExt;
+
 use idem::dedup::Engine;
 use idem::{Fingerprint, Scope};
 
@@ -31,7 +33,14 @@ impl Store for Idem {
         Idem(b.build().expect("idem engine"))
     }
 
-    async fn call<F, Fut>(&self, key: &Self::Key, action: F) -> Val
+    /// `execute`'s own future, mapped to the value: no second state machine around it (a
+    /// handler awaiting `execute` inline has none either), so the spawned hot-key tasks carry
+    /// the store's future and not an adapter's.
+    fn call<'s, 'k, F, Fut>(
+        &'s self,
+        key: &'k Self::Key,
+        action: F,
+    ) -> impl Future<Output = Val> + Send + use<'s, 'k, F, Fut>
     where
         F: FnOnce() -> Fut + Send + 'static,
         Fut: Future<Output = Val> + Send + 'static,
@@ -40,10 +49,10 @@ impl Store for Idem {
             let fut = action();
             async move { Ok(fut.await) }
         };
-        match self.0.execute(&key.0, key.1, run).await {
+        self.0.execute(&key.0, key.1, run).map(|r| match r {
             Ok(out) => out.into_value(),
             Err(e) => panic!("idem call failed: {e}"),
-        }
+        })
     }
 
     async fn settle(&self) {

@@ -374,6 +374,12 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         let mut reports = std::mem::take(&mut self.reports);
         for Report { hash, token, end } in reports.drain(..) {
             self.on_complete(hash, token, end);
+            // Whatever the report said, this run is no longer in flight now. It is usually the
+            // oldest lease (runs mostly end in the order they started): drop its queue item
+            // without looking the run up again.
+            if self.core.wheel.front(Kind::Lease) == Some((hash, token)) {
+                self.core.wheel.pop(Kind::Lease);
+            }
         }
         self.trim_leases();
         self.reports = reports;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use crossbeam_utils::CachePadded;
 use idem_core::{Deadline, Fingerprint, Scope, Status};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::Instant;
@@ -30,8 +31,10 @@ use crate::{DedupError, Outcome, OutcomeKind};
 /// State shared by handles and shard actors; none of it is the map.
 pub(crate) struct Shared {
     pub(crate) counters: Box<[ShardCounters]>,
-    /// In-flight + completed entries over all shards (SPEC E7).
-    pub(crate) entries: AtomicUsize,
+    /// In-flight + completed entries over all shards (SPEC E7). On a cache line of its own: the
+    /// actors write it for every new key and every expiry, and every call reads the fields
+    /// beside it (`shutting_down`, the clock).
+    pub(crate) entries: CachePadded<AtomicUsize>,
     pub(crate) shutting_down: AtomicBool,
     /// Replays answered from the read path, without a message (summed into `stats().replayed`).
     pub(crate) fast_replays: Striped,
@@ -147,7 +150,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         let cfg = Arc::new(cfg);
         let shared = Arc::new(Shared {
             counters: (0..cfg.shards).map(|_| ShardCounters::default()).collect(),
-            entries: AtomicUsize::new(0),
+            entries: CachePadded::new(AtomicUsize::new(0)),
             shutting_down: AtomicBool::new(false),
             fast_replays: Striped::default(),
             fast_joins: Striped::default(),

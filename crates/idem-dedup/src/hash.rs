@@ -8,7 +8,8 @@
 //! differs is the shape: `std`'s hasher is a streaming `Hasher` that buffers partial words across
 //! `write` calls and hashes a slice's length as a separate write. A scope is always hashed whole,
 //! so this function reads it as whole little-endian words and folds the tail in once. On a
-//! replay that was ~370 of ~890 instructions per call (callgrind); this loop takes about half.
+//! replay `std`'s took ~370 of ~890 instructions per call (callgrind), this loop ~270 for the same
+//! ~80-byte scope: SipHash's rounds themselves, 20 instructions per word, are most of it.
 //! The output is tested against `std`'s SipHash-1-3 and, for the round function, against the
 //! SipHash paper's SipHash-2-4 test vector.
 

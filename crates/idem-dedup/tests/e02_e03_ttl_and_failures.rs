@@ -252,3 +252,38 @@ async fn e2_a_flood_of_simultaneous_expiries_is_removed_in_batches() {
         .unwrap();
     assert_eq!(again.kind(), OutcomeKind::Executed);
 }
+
+/// E2, E3: an entry's allocation is reused after `forget` (the shard keeps emptied boxes), and
+/// the forgotten run's timer is still queued. When it comes up it must not touch the new run of
+/// the same scope in the same allocation: the new result lives its own full TTL.
+#[tokio::test(start_paused = true)]
+async fn e2_a_forgotten_runs_timer_leaves_the_next_run_in_its_reused_entry_alone() {
+    let ttl = Duration::from_secs(10);
+    let engine = Engine::<u32>::builder().shards(1).ttl(ttl).build().unwrap();
+    let s = scope("order-reuse-1");
+    let first = engine
+        .execute(&s, fp("a"), || async { Ok(1) })
+        .await
+        .unwrap();
+    assert_eq!(first.kind(), OutcomeKind::Executed);
+    assert!(engine.forget(&s).await.unwrap());
+    advance(Duration::from_secs(5)).await;
+    let second = engine
+        .execute(&s, fp("a"), || async { Ok(2) })
+        .await
+        .unwrap();
+    assert_eq!((second.kind(), *second.value()), (OutcomeKind::Executed, 2));
+    // Past the first run's expiry (t = 10 s), before the second's (t = 15 s).
+    advance(Duration::from_secs(6)).await;
+    tokio::task::yield_now().await;
+    let r = engine
+        .execute(&s, fp("a"), || async { Ok(3) })
+        .await
+        .unwrap();
+    assert_eq!((r.kind(), *r.value()), (OutcomeKind::Replayed, 2));
+    assert_eq!(engine.stats().outcomes.expired, 0);
+    // And the second run's own expiry still removes it.
+    advance(Duration::from_secs(4)).await;
+    eventually("second run expired", || engine.stats().completed == 0).await;
+    assert_eq!(engine.stats().outcomes.expired, 1);
+}

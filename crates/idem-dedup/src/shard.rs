@@ -55,6 +55,10 @@ struct Core {
     shared: Arc<Shared>,
     next_token: u64,
     tally: Tally,
+    /// Entries removed since the engine-wide count was last updated (see `flush_released`).
+    released: usize,
+    /// The clock when the current turn began.
+    turn_now: Nanos,
 }
 
 impl<V: Clone + Send + Sync + 'static> Shard<V> {
@@ -82,6 +86,8 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                 shared,
                 next_token: 0,
                 tally: Tally::default(),
+                released: 0,
+                turn_now: 0,
             },
             publisher: Publisher::new(index),
         }
@@ -122,36 +128,27 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                     if n == 0 {
                         break;
                     }
-                    let mut stop = false;
-                    let mut guard = write_lock(&published).await;
-                    std::mem::swap(&mut self.table, &mut *guard);
-                    // Reports first: a message sent after a leader's call returned must see
-                    // that run's end (see `inbox.rs`).
-                    self.apply_reports();
-                    for msg in buf.drain(..) {
-                        if stop {
-                            // Messages behind Stop: answer what needs an answer.
-                            if let Msg::Begin { reply, .. } = msg {
-                                let _ = reply.send(Reply::Done(Err(DedupError::ShuttingDown)));
-                            }
-                            continue;
-                        }
-                        stop = self.on_msg(msg);
-                    }
-                    std::mem::swap(&mut self.table, &mut *guard);
-                    drop(guard);
-                    if stop {
+                    if self.turn(&published, &mut buf).await {
                         break;
                     }
                 }
                 // After the mailbox: while messages keep coming, their batches apply the reports
-                // too (one write-lock turn for both); this branch serves an idle mailbox.
+                // too (one write-lock turn for both). A report that wakes an idle actor takes
+                // whatever mail came meanwhile into the same turn: a leader's report and the
+                // next caller's `Begin` usually arrive together, and one turn for both halves
+                // the lock turns and counter publishes per new key.
                 () = signalled.as_mut() => {
                     signalled.set(inbox.signalled());
-                    let mut guard = write_lock(&published).await;
-                    std::mem::swap(&mut self.table, &mut *guard);
-                    self.apply_reports();
-                    std::mem::swap(&mut self.table, &mut *guard);
+                    while buf.len() < batch {
+                        match self.rx.try_recv() {
+                            Ok(msg) => buf.push(msg),
+                            // Empty, or closed: `recv_many` reports the close on the next turn.
+                            Err(_) => break,
+                        }
+                    }
+                    if self.turn(&published, &mut buf).await {
+                        break;
+                    }
                 }
                 _ = tick.tick() => {}
             }
@@ -169,6 +166,30 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         };
         self.stop(table).await;
         self.publish();
+    }
+
+    /// One write-lock turn: applies the waiting reports, then the messages in `buf` (which it
+    /// empties). Returns true on `Stop`.
+    async fn turn(&mut self, published: &SharedTable<V>, buf: &mut Vec<Msg<V>>) -> bool {
+        let mut stop = false;
+        let mut guard = write_lock(published).await;
+        self.core.turn_now = self.core.clock.now();
+        std::mem::swap(&mut self.table, &mut *guard);
+        // Reports first: a message sent after a leader's call returned must see that run's end
+        // (see `inbox.rs`).
+        self.apply_reports();
+        for msg in buf.drain(..) {
+            if stop {
+                // Messages behind Stop: answer what needs an answer.
+                if let Msg::Begin { reply, .. } = msg {
+                    let _ = reply.send(Reply::Done(Err(DedupError::ShuttingDown)));
+                }
+                continue;
+            }
+            stop = self.on_msg(msg);
+        }
+        std::mem::swap(&mut self.table, &mut *guard);
+        stop
     }
 
     /// Handles one message; returns true on `Stop`.
@@ -235,7 +256,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
             drop(self.spares.keep(old));
             self.core.tally.completed -= 1;
             self.core.tally.expired += 1;
-            self.core.shared.entries.fetch_sub(1, Relaxed);
+            self.core.released += 1;
             let spares = &mut self.spares;
             self.core
                 .begin_vacant(vacant, spares, hash, scope, fingerprint, reply);
@@ -475,6 +496,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
 
     /// Publishes tallies to the atomics read by `stats()` and to the metrics facade.
     fn publish(&mut self) {
+        self.core.flush_released();
         let shared = &self.core.shared;
         let t = &self.core.tally;
         self.publisher.publish(
@@ -501,7 +523,10 @@ impl Core {
         reply: oneshot::Sender<Reply<V>>,
     ) {
         // Bounded memory (SPEC E7): reserve a slot in the engine-wide count or refuse. Nothing is
-        // evicted to make room: evicting an unexpired result would let a duplicate run.
+        // evicted to make room: evicting an unexpired result would let a duplicate run. This
+        // shard's own removals are counted out first, so it never refuses for want of room it
+        // has just freed.
+        self.flush_released();
         let prev = self.shared.entries.fetch_add(1, AcqRel);
         if prev >= self.cfg.max_entries {
             self.shared.entries.fetch_sub(1, Relaxed);
@@ -518,7 +543,9 @@ impl Core {
             self.shared.entries.fetch_sub(1, Relaxed);
             return;
         }
-        let started = self.clock.now();
+        // The turn's start: a lease counts from when the shard took up the batch (at most a
+        // batch's work earlier than now), which spares a clock read per new key.
+        let started = self.turn_now;
         self.wheel.insert(
             Kind::Lease,
             started.saturating_add(nanos(self.cfg.in_flight_timeout)),
@@ -539,9 +566,22 @@ impl Core {
         self.tally.in_flight += 1;
     }
 
-    /// Accounts for a removed entry (its state); an in-flight one's waiters get `err()`.
+    /// Takes this shard's removals since the last call out of the engine-wide entry count, in
+    /// one atomic update: a sweep that expires thousands of entries writes the shared line
+    /// once, not once per entry. Called before every reservation and at the end of every turn,
+    /// so the count is exact between turns and never too low (a removal is counted out at most
+    /// one turn late, which can only make another shard refuse early, never admit too many).
+    fn flush_released(&mut self) {
+        if self.released > 0 {
+            self.shared.entries.fetch_sub(self.released, Relaxed);
+            self.released = 0;
+        }
+    }
+
+    /// Accounts for a removed entry (its state); an in-flight one's waiters get `err()`. The
+    /// engine-wide count is updated by [`flush_released`](Self::flush_released).
     fn release<V: Clone>(&mut self, state: State<V>, err: impl Fn() -> DedupError) {
-        self.shared.entries.fetch_sub(1, Relaxed);
+        self.released += 1;
         match state {
             State::InFlight(f) => {
                 self.tally.in_flight -= 1;

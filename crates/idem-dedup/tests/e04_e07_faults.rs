@@ -298,6 +298,40 @@ async fn e7_full_engine_refuses_new_scopes_never_evicts_and_replays_work() {
     assert_eq!(out.kind(), OutcomeKind::Executed);
 }
 
+/// E7: the room a failed run frees (its entry is not stored, SPEC E3) is there for the very next
+/// new scope on its shard. The shard counts its removals out of the engine-wide count in one
+/// update per turn, and before every reservation, so a full engine does not refuse for room it
+/// has just freed.
+#[tokio::test]
+async fn e7_room_freed_by_a_failed_run_is_reused_at_once() {
+    let engine = Engine::<u32>::builder()
+        .shards(1)
+        .max_entries(1)
+        .build()
+        .unwrap();
+    for i in 0..20 {
+        let err = engine
+            .execute(&nth_scope(i), fp("a"), || async {
+                Err(idem_core::Status::new(Code::Unavailable, "down"))
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::Unavailable, "call {i}: {err}");
+    }
+    let out = engine
+        .execute(&nth_scope(20), fp("a"), || async { Ok(20) })
+        .await
+        .unwrap();
+    assert_eq!((out.kind(), *out.value()), (OutcomeKind::Executed, 20));
+    // Now full: the next new scope is refused, and the stored one still replays.
+    let err = engine
+        .execute(&nth_scope(21), fp("a"), || async { Ok(21) })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    assert_eq!(engine.stats().entries(), 1);
+}
+
 #[tokio::test]
 async fn e5_leader_dropped_before_it_starts_frees_the_scope() {
     // A caller dropped while its Begin is queued must not leave the scope in flight.

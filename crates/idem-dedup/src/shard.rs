@@ -432,7 +432,12 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         let mut next: Option<Nanos> = None;
         let mut budget = BATCH;
         for kind in Kind::ALL {
+            let mut warmed = 0;
             while let Some((hash, token)) = self.core.wheel.front(kind) {
+                if warmed == 0 {
+                    warmed = self.warm(kind);
+                }
+                warmed -= 1;
                 if budget == 0 {
                     // More may be due: come back after the other branches had a turn.
                     self.core.wheel.arm(Some(now));
@@ -471,6 +476,29 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         }
         self.core.wheel.arm(next);
         false
+    }
+
+    /// Reads the entries of the next [`WARM`] items of a timer queue and returns how many items
+    /// it looked at (at least 1).
+    ///
+    /// An expiry's cost is its cache misses: the table group, the slot, the entry's box, all
+    /// cold since the entry was stored. One at a time they come one after another; these
+    /// look-ups are independent of each other, so the processor overlaps their misses, and the
+    /// sweep that follows finds the lines in cache. It reads, it changes nothing.
+    fn warm(&self, kind: Kind) -> usize {
+        let mut seen = 0;
+        let mut sum: u64 = 0;
+        for (hash, token) in self.core.wheel.upcoming(kind, WARM) {
+            seen += 1;
+            if let Some(e) = self.table.find(hash, |e| e.token == token) {
+                sum = sum.wrapping_add(match &e.state {
+                    State::InFlight(f) => f.started,
+                    State::Done { expires, .. } => *expires,
+                });
+            }
+        }
+        std::hint::black_box(sum);
+        seen.max(1)
     }
 
     /// Shutdown: every waiter still waiting gets `ShuttingDown`; the entries (taken out of the
@@ -596,6 +624,9 @@ impl Core {
 
 /// Entries a shard expires or drops per poll before it yields to the scheduler.
 const BATCH: usize = 4096;
+
+/// Timer items whose entries a sweep reads ahead (see [`Shard::warm`]).
+const WARM: usize = 8;
 
 fn nanos(d: Duration) -> Nanos {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)

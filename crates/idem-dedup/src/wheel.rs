@@ -96,6 +96,11 @@ impl Wheel {
         self.queues[kind as usize].front().copied()
     }
 
+    /// The oldest `n` items of a queue (fewer if it holds fewer), oldest first.
+    pub(crate) fn upcoming(&self, kind: Kind, n: usize) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.queues[kind as usize].iter().take(n).copied()
+    }
+
     /// Drops the oldest item of a queue.
     pub(crate) fn pop(&mut self, kind: Kind) {
         self.queues[kind as usize].pop_front();

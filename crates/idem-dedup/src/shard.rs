@@ -121,6 +121,8 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                     };
                     if more {
                         // Many expiries at once: a batch per poll, so no worker is held long.
+                        // The batch's removals leave the shared count before the pause.
+                        self.core.flush_released();
                         tokio::task::yield_now().await;
                     }
                 }
@@ -134,9 +136,9 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                 }
                 // After the mailbox: while messages keep coming, their batches apply the reports
                 // too (one write-lock turn for both). A report that wakes an idle actor takes
-                // whatever mail came meanwhile into the same turn: a leader's report and the
-                // next caller's `Begin` usually arrive together, and one turn for both halves
-                // the lock turns and counter publishes per new key.
+                // whatever mail came meanwhile into the same turn, rather than leaving it for a
+                // second one: a leader's report and the next caller's `Begin` often arrive
+                // together.
                 () = signalled.as_mut() => {
                     signalled.set(inbox.signalled());
                     while buf.len() < batch {

@@ -4,9 +4,8 @@
 //! inside the peers bench's samples, spread over every sample. Its cost per entry is a few cache
 //! misses, so on a shared 2-vCPU VM it drowns in the noise of a throughput figure. This bench
 //! isolates it: one shard on a current-thread runtime with tokio's clock paused is filled with
-//! `N` completed entries (256 concurrent callers, scopes shaped like the peers bench's — a
-//! `tenant-0042`, a gRPC method, a 36-character UUID key — and fresh 64-byte values), the clock
-//! jumps past the TTL, and the time until the engine holds nothing is the
+//! `N` completed entries (256 concurrent callers, the peers bench's own scopes and fresh 64-byte
+//! values, from `benches/support/common.rs`), the clock jumps past the TTL, and the time until the engine holds nothing is the
 //! sweep's time for `N` entries: every table probe, box and value is cold, as it is a TTL after
 //! it was stored. The fill is outside the clock.
 //!
@@ -20,52 +19,21 @@ use criterion::{BenchmarkId, Throughput};
 use idem_core::{Fingerprint, Scope};
 use idem_dedup::Engine;
 
-type Val = Arc<[u8]>;
+// The workspace benches' request shape, values, quick switch and criterion settings, shared so
+// this bench's scopes are the peers bench's own; not every helper is used here.
+#[allow(dead_code)]
+#[path = "../../../benches/support/common.rs"]
+mod common;
+
+use common::{fresh_value, median, tenant, uuid, Val, CLIENT_TASKS, METHOD};
 
 const TTL: Duration = Duration::from_secs(60);
-/// Concurrent callers filling the engine.
-const CALLERS: usize = 256;
 
-/// The scope and fingerprint of request `n`: a tenant like `tenant-0042`, a gRPC method and a
-/// 36-character UUID-shaped key, distinct for every `n`.
+/// The scope and fingerprint of request `n`, as the peers bench builds them.
 fn key(n: u64) -> (Scope, Fingerprint) {
-    let h = mix(n);
-    let tenant = format!("tenant-{:04}", h % 100);
-    let uuid = format!(
-        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
-        (h >> 32) as u32,
-        (h >> 16) as u16,
-        h & 0xfff,
-        (n >> 48) & 0xfff,
-        n & 0xffff_ffff_ffff
-    );
-    let scope = Scope::parse(&tenant, "/shop.v1.Shop/CreateOrder", &uuid).expect("a valid scope");
+    let uuid = uuid(n);
+    let scope = Scope::parse(&tenant(n), METHOD, &uuid).expect("a valid scope");
     (scope, Fingerprint::of(uuid.as_bytes()))
-}
-
-/// SplitMix64's finaliser: spreads the tenants and the UUIDs' leading digits.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// A fresh 64-byte value, as an action would build it.
-fn value() -> Val {
-    Arc::from(&[0x5a_u8; 64][..])
-}
-
-fn quick() -> bool {
-    std::env::var("IDEM_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0")
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    match xs.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => xs[n / 2],
-        n => (xs[n / 2 - 1] + xs[n / 2]) / 2.0,
-    }
 }
 
 /// Fills a one-shard engine with `n` completed entries, then returns how long the shard takes
@@ -85,12 +53,14 @@ fn expire(n: usize, first: u64) -> Duration {
             .expect("an engine");
         let keys: Arc<Vec<(Scope, Fingerprint)>> =
             Arc::new((first..first + n as u64).map(key).collect());
-        let mut tasks = Vec::with_capacity(CALLERS);
-        for t in 0..CALLERS {
+        let mut tasks = Vec::with_capacity(CLIENT_TASKS);
+        for t in 0..CLIENT_TASKS {
             let (engine, keys) = (engine.clone(), keys.clone());
             tasks.push(tokio::spawn(async move {
-                for (scope, fp) in keys.iter().skip(t).step_by(CALLERS) {
-                    let out = engine.execute(scope, *fp, || async { Ok(value()) }).await;
+                for (scope, fp) in keys.iter().skip(t).step_by(CLIENT_TASKS) {
+                    let out = engine
+                        .execute(scope, *fp, || async { Ok(fresh_value()) })
+                        .await;
                     std::hint::black_box(out.expect("a stored result"));
                 }
             }));
@@ -117,22 +87,14 @@ fn expire(n: usize, first: u64) -> Duration {
 }
 
 fn main() {
-    let quick = quick();
+    let quick = common::quick();
     let n: usize = if quick { 200_000 } else { 1_000_000 };
+    let (cpus, model) = common::machine();
     println!(
-        "idem expiry bench: {} mode; {} CPUs; one shard, {n} entries per sample",
-        if quick { "QUICK" } else { "full" },
-        std::thread::available_parallelism().map_or(1, |n| n.get())
+        "idem expiry bench: {} mode; {cpus} CPUs ({model}); one shard, {n} entries per sample",
+        if quick { "QUICK" } else { "full" }
     );
-    let c = criterion::Criterion::default().without_plots();
-    let c = if quick {
-        c.warm_up_time(Duration::from_millis(300))
-            .measurement_time(Duration::from_millis(1_000))
-    } else {
-        c.warm_up_time(Duration::from_secs(2))
-            .measurement_time(Duration::from_secs(5))
-    };
-    let mut c = c.sample_size(10).configure_from_args();
+    let mut c = common::criterion(quick).sample_size(10);
     let per_entry: Arc<Mutex<Vec<f64>>> = Arc::default();
     let mut g = c.benchmark_group("expiry");
     g.throughput(Throughput::Elements(n as u64));

@@ -1,5 +1,6 @@
 //! Counters read without touching a mailbox (SPEC E9).
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Per-shard counters. The shard actor is the only writer of most fields, so increments never
@@ -30,7 +31,7 @@ pub(crate) struct ShardCounters {
 /// so concurrent increments never fight over one cache line.
 #[derive(Debug, Default)]
 pub(crate) struct Striped {
-    slots: [Padded; 16],
+    slots: [Padded; STRIPES],
 }
 
 #[derive(Debug, Default)]
@@ -38,18 +39,32 @@ pub(crate) struct Striped {
 struct Padded(AtomicU64);
 
 thread_local! {
-    static SLOT: usize = next_slot();
+    // Const-initialised with a marker instead of lazily: reading it is one thread-local load,
+    // with no lazy-initialisation state to check on every replay.
+    static SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
 }
 
-fn next_slot() -> usize {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    NEXT.fetch_add(1, Relaxed) % 16
+/// This thread's slot (its first use takes the next one, round-robin).
+#[inline]
+fn slot() -> usize {
+    SLOT.with(|s| {
+        let i = s.get();
+        if i < STRIPES {
+            return i;
+        }
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let i = NEXT.fetch_add(1, Relaxed) % STRIPES;
+        s.set(i);
+        i
+    })
 }
+
+/// Slots per [`Striped`] counter.
+const STRIPES: usize = 16;
 
 impl Striped {
     pub(crate) fn add(&self, n: u64) {
-        let i = SLOT.with(|s| *s);
-        self.slots[i].0.fetch_add(n, Relaxed);
+        self.slots[slot()].0.fetch_add(n, Relaxed);
     }
 
     pub(crate) fn sum(&self) -> u64 {

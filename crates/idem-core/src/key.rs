@@ -160,23 +160,41 @@ impl IdempotencyKey {
     }
 }
 
-fn validate(b: &[u8]) -> Result<(), KeyError> {
+/// The bytes a key may hold (SPEC K1): ASCII letters and digits, `-` and `_`.
+static KEY_BYTE: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut c = 0;
+    while c < 256 {
+        let b = c as u8;
+        table[c] = b.is_ascii_alphanumeric() || b == b'-' || b == b'_';
+        c += 1;
+    }
+    table
+};
+
+/// Checks a key against SPEC K1. Every request's key passes through here (the server layer
+/// parses the key header of every call, replays included), so the common case, a valid key,
+/// is one table look-up per byte folded without a branch; the position of a bad byte is
+/// looked for only once the key is known to hold one. (The per-byte range tests with an early
+/// exit it replaces took ~13 instructions per byte, callgrind.)
+pub(crate) fn validate(b: &[u8]) -> Result<(), KeyError> {
     if b.len() < MIN_KEY_LEN {
         return Err(KeyError::TooShort { len: b.len() });
     }
     if b.len() > MAX_KEY_LEN {
         return Err(KeyError::TooLong { len: b.len() });
     }
-    match b
-        .iter()
-        .position(|&c| !(c.is_ascii_alphanumeric() || c == b'-' || c == b'_'))
-    {
-        Some(index) => Err(KeyError::InvalidChar {
-            index,
-            byte: b[index],
-        }),
-        None => Ok(()),
+    if b.iter().fold(true, |ok, &c| ok & KEY_BYTE[usize::from(c)]) {
+        return Ok(());
     }
+    let index = b
+        .iter()
+        .position(|&c| !KEY_BYTE[usize::from(c)])
+        .unwrap_or_default();
+    Err(KeyError::InvalidChar {
+        index,
+        byte: b[index],
+    })
 }
 
 impl fmt::Debug for IdempotencyKey {

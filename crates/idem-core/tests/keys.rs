@@ -52,6 +52,31 @@ fn k1_rejects_with_the_rule_named() {
     assert!(msg.contains("at least 8"), "{msg}");
 }
 
+/// K1: every one of the 256 byte values is judged by the rule `[A-Za-z0-9_-]`, and a key with
+/// several bad bytes names the first.
+#[test]
+fn k1_every_byte_value_is_judged_by_the_rule() {
+    for c in 0..=255u8 {
+        let mut bytes = b"abcdefg".to_vec();
+        bytes.push(c);
+        let allowed = c.is_ascii_alphanumeric() || c == b'-' || c == b'_';
+        match IdempotencyKey::from_bytes(&bytes) {
+            Ok(k) => assert!(allowed, "byte {c:#04x} was accepted: {k}"),
+            Err(e) => {
+                assert!(!allowed, "byte {c:#04x} was refused: {e}");
+                assert_eq!(e, KeyError::InvalidChar { index: 7, byte: c });
+            }
+        }
+    }
+    assert_eq!(
+        IdempotencyKey::from_bytes(b"ab.cd efgh"),
+        Err(KeyError::InvalidChar {
+            index: 2,
+            byte: b'.'
+        })
+    );
+}
+
 #[test]
 fn k1_from_bytes_matches_parse() {
     assert_eq!(

@@ -21,6 +21,34 @@ fn k3_parts_round_trip() {
     assert_eq!(Scope::from_encoded(s.as_bytes()).unwrap(), s);
 }
 
+/// K3: the encoding is the documented layout (tenant length as a big-endian u16, tenant,
+/// method length, method, key) at every size: short ones are assembled on the stack, long ones
+/// (up to the largest scope the limits allow) on the heap, and both give the same bytes.
+#[test]
+fn k3_encoding_layout_at_every_size() {
+    let k = "k".repeat(64);
+    for tenant_len in [1, 20, 57, 58, 59, 60, 128] {
+        for method_len in [1, 2, 3, 100, MAX_METHOD_LEN] {
+            let (t, m) = ("t".repeat(tenant_len), "m".repeat(method_len));
+            let mut want = Vec::new();
+            want.extend_from_slice(&(tenant_len as u16).to_be_bytes());
+            want.extend_from_slice(t.as_bytes());
+            want.extend_from_slice(&(method_len as u16).to_be_bytes());
+            want.extend_from_slice(m.as_bytes());
+            want.extend_from_slice(k.as_bytes());
+            let parsed = Scope::parse(&t, &m, &k).unwrap();
+            let built = Scope::new(&t, &m, &key(&k)).unwrap();
+            assert_eq!(parsed.as_bytes(), &want[..], "{tenant_len} / {method_len}");
+            assert_eq!(built, parsed);
+            assert_eq!(
+                (parsed.tenant(), parsed.method(), parsed.key()),
+                (&*t, &*m, &*k)
+            );
+            assert_eq!(Scope::from_encoded(&want).unwrap(), parsed);
+        }
+    }
+}
+
 #[test]
 fn k3_rejects_bad_tenant_and_method_with_the_rule_named() {
     let k = key("order-0001");

@@ -60,6 +60,7 @@ impl StoredScope {
         }
     }
 
+    #[inline]
     pub(crate) fn as_bytes(&self) -> &[u8] {
         match self {
             StoredScope::Inline { len, bytes } => &bytes[..usize::from(*len)],
@@ -68,6 +69,7 @@ impl StoredScope {
     }
 
     /// Whether this is `scope` (the same encoded bytes; SPEC K3 makes the encoding injective).
+    #[inline]
     pub(crate) fn is(&self, scope: &Scope) -> bool {
         self.as_bytes() == scope.as_bytes()
     }

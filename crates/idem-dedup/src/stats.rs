@@ -63,6 +63,7 @@ fn slot() -> usize {
 const STRIPES: usize = 16;
 
 impl Striped {
+    #[inline]
     pub(crate) fn add(&self, n: u64) {
         self.slots[slot()].0.fetch_add(n, Relaxed);
     }

@@ -44,6 +44,7 @@ impl Clock {
         u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
     }
 
+    #[inline]
     pub(crate) fn instant(&self, n: Nanos) -> Instant {
         self.epoch + Duration::from_nanos(n)
     }

@@ -15,9 +15,9 @@
 //! `callgrind_annotate` splits them by function. Workloads: `replay` (100k completed keys,
 //! random hits, each call polled once by hand: a replay never waits in either store) and
 //! `unique` (new keys from 256 tasks, the shard actor included: on a current-thread runtime it
-//! runs between the callers). A unique key's count includes building the key, as a server
-//! does per request. Run without valgrind it only reports that it ran; `cargo bench` runs it
-//! so, with a small count.
+//! runs between the callers). Keys and the replay store are made as the peers bench makes them
+//! (`support/driver.rs`), before the counted function. Run without valgrind it only reports
+//! that it ran; `cargo bench` runs it so, with a small count.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -27,6 +27,12 @@ use std::time::{Duration, Instant};
 #[path = "support/common.rs"]
 #[allow(dead_code)]
 mod common;
+#[path = "support/driver.rs"]
+#[allow(dead_code)]
+mod driver;
+#[path = "support/hist.rs"]
+#[allow(dead_code)]
+mod hist;
 #[path = "support/store.rs"]
 #[allow(dead_code)]
 mod store;
@@ -36,18 +42,12 @@ mod dashmap_shared;
 #[path = "peers/idem.rs"]
 mod idem_store;
 
-use common::{fresh_value, tenant, uuid, Rng, CLIENT_TASKS, METHOD, REPLAY_KEYS};
+use common::{fresh_value, Rng, CLIENT_TASKS};
 use dashmap_shared::DashShared;
 use idem_store::Idem;
 use store::{Store, StoreConfig};
 
 type Rt = tokio::runtime::Runtime;
-
-fn keys<S: Store>(from: u64, n: u64) -> Vec<S::Key> {
-    (from..from + n)
-        .map(|i| S::key(&tenant(i), METHOD, &uuid(i)))
-        .collect()
-}
 
 fn build<S: Store>(rt: &Rt) -> Arc<S> {
     let _in = rt.enter();
@@ -58,17 +58,11 @@ fn build<S: Store>(rt: &Rt) -> Arc<S> {
     }))
 }
 
-/// The replay workload's store: every key completed once, then the keys built again (a
-/// request brings its own key; see `driver::prefill`).
-fn filled<S: Store>(rt: &Rt) -> (Arc<S>, Vec<S::Key>) {
+/// The replay workload's store and keys, as the peers bench makes them (`driver::prefill`).
+fn filled<S: Store>(rt: &Rt) -> (Arc<S>, Arc<Vec<S::Key>>) {
     let store = build::<S>(rt);
-    rt.block_on(async {
-        for k in keys::<S>(0, REPLAY_KEYS as u64) {
-            std::hint::black_box(store.call(&k, || async { fresh_value() }).await);
-        }
-        store.settle().await;
-    });
-    (store, keys::<S>(0, REPLAY_KEYS as u64))
+    let keys = rt.block_on(driver::prefill(&store));
+    (store, keys)
 }
 
 fn replay<S: Store>(store: &S, keys: &[S::Key], calls: u64) {
@@ -84,18 +78,18 @@ fn replay<S: Store>(store: &S, keys: &[S::Key], calls: u64) {
     }
 }
 
-/// Makes `calls` rounded up to a multiple of the 256 tasks; returns how many it made.
-fn unique<S: Store>(rt: &Rt, store: &Arc<S>, calls: u64) -> u64 {
-    let per = calls.div_ceil(CLIENT_TASKS as u64);
+/// New keys, built beforehand as the peers bench builds them (`driver::fresh_keys`), split over
+/// the 256 tasks.
+fn unique<S: Store>(rt: &Rt, store: &Arc<S>, keys: Vec<S::Key>) {
+    let per = keys.len() / CLIENT_TASKS;
+    let keys = Arc::new(keys);
     rt.block_on(async {
-        let tasks: Vec<_> = (0..CLIENT_TASKS as u64)
+        let tasks: Vec<_> = (0..CLIENT_TASKS)
             .map(|t| {
-                let store = store.clone();
+                let (store, keys) = (store.clone(), keys.clone());
                 tokio::spawn(async move {
-                    let first = (1 << 40) + t * per;
-                    for i in first..first + per {
-                        let key = S::key(&tenant(i), METHOD, &uuid(i));
-                        std::hint::black_box(store.call(&key, || async { fresh_value() }).await);
+                    for key in &keys[t * per..(t + 1) * per] {
+                        std::hint::black_box(store.call(key, || async { fresh_value() }).await);
                     }
                 })
             })
@@ -104,7 +98,6 @@ fn unique<S: Store>(rt: &Rt, store: &Arc<S>, calls: u64) -> u64 {
             t.await.expect("client task");
         }
     });
-    per * CLIENT_TASKS as u64
 }
 
 // One function per store and workload, never inlined: callgrind's `--toggle-collect` counts
@@ -121,13 +114,18 @@ fn measure_replay_dashmap(store: &DashShared, keys: &[<DashShared as Store>::Key
 }
 
 #[inline(never)]
-fn measure_unique_idem(rt: &Rt, store: &Arc<Idem>, calls: u64) -> u64 {
-    unique(rt, store, calls)
+fn measure_unique_idem(rt: &Rt, store: &Arc<Idem>, keys: Vec<<Idem as Store>::Key>) {
+    unique(rt, store, keys);
 }
 
 #[inline(never)]
-fn measure_unique_dashmap(rt: &Rt, store: &Arc<DashShared>, calls: u64) -> u64 {
-    unique(rt, store, calls)
+fn measure_unique_dashmap(rt: &Rt, store: &Arc<DashShared>, keys: Vec<<DashShared as Store>::Key>) {
+    unique(rt, store, keys);
+}
+
+/// `calls` rounded up to a multiple of the 256 tasks.
+fn unique_calls(calls: u64) -> usize {
+    calls.div_ceil(CLIENT_TASKS as u64) as usize * CLIENT_TASKS
 }
 
 fn main() {
@@ -162,9 +160,17 @@ fn main() {
             measure_replay_dashmap(&s, &k, calls);
             calls
         }
-        ("unique", "idem") => measure_unique_idem(&rt, &build::<Idem>(&rt), calls),
+        ("unique", "idem") => {
+            let keys = driver::fresh_keys::<Idem>(unique_calls(calls));
+            let made = keys.len() as u64;
+            measure_unique_idem(&rt, &build::<Idem>(&rt), keys);
+            made
+        }
         ("unique", "dashmap_shared") => {
-            measure_unique_dashmap(&rt, &build::<DashShared>(&rt), calls)
+            let keys = driver::fresh_keys::<DashShared>(unique_calls(calls));
+            let made = keys.len() as u64;
+            measure_unique_dashmap(&rt, &build::<DashShared>(&rt), keys);
+            made
         }
         _ => {
             eprintln!("usage: instructions [replay|unique] [idem|dashmap_shared] [calls > 0]");

@@ -79,10 +79,10 @@ fn replay<S: Store>(store: &S, keys: &[S::Key], calls: u64) {
 }
 
 /// New keys, built beforehand as the peers bench builds them (`driver::fresh_keys`), split over
-/// the 256 tasks.
-fn unique<S: Store>(rt: &Rt, store: &Arc<S>, keys: Vec<S::Key>) {
+/// the 256 tasks. The caller drops the keys, outside the count, as the peers bench drops them
+/// outside its clock.
+fn unique<S: Store>(rt: &Rt, store: &Arc<S>, keys: &Arc<Vec<S::Key>>) {
     let per = keys.len() / CLIENT_TASKS;
-    let keys = Arc::new(keys);
     rt.block_on(async {
         let tasks: Vec<_> = (0..CLIENT_TASKS)
             .map(|t| {
@@ -114,13 +114,22 @@ fn measure_replay_dashmap(store: &DashShared, keys: &[<DashShared as Store>::Key
 }
 
 #[inline(never)]
-fn measure_unique_idem(rt: &Rt, store: &Arc<Idem>, keys: Vec<<Idem as Store>::Key>) {
+fn measure_unique_idem(rt: &Rt, store: &Arc<Idem>, keys: &Arc<Vec<<Idem as Store>::Key>>) {
     unique(rt, store, keys);
 }
 
 #[inline(never)]
-fn measure_unique_dashmap(rt: &Rt, store: &Arc<DashShared>, keys: Vec<<DashShared as Store>::Key>) {
+fn measure_unique_dashmap(
+    rt: &Rt,
+    store: &Arc<DashShared>,
+    keys: &Arc<Vec<<DashShared as Store>::Key>>,
+) {
     unique(rt, store, keys);
+}
+
+fn usage() -> ! {
+    eprintln!("usage: instructions [replay|unique] [idem|dashmap_shared] [calls > 0]");
+    std::process::exit(2);
 }
 
 /// `calls` rounded up to a multiple of the 256 tasks.
@@ -139,10 +148,7 @@ fn main() {
     let calls: u64 = match args.get(2).map(|n| n.parse()) {
         None => 2_560,
         Some(Ok(n)) if n > 0 => n,
-        Some(_) => {
-            eprintln!("usage: instructions [replay|unique] [idem|dashmap_shared] [calls > 0]");
-            std::process::exit(2);
-        }
+        Some(_) => usage(),
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -161,21 +167,16 @@ fn main() {
             calls
         }
         ("unique", "idem") => {
-            let keys = driver::fresh_keys::<Idem>(unique_calls(calls));
-            let made = keys.len() as u64;
-            measure_unique_idem(&rt, &build::<Idem>(&rt), keys);
-            made
+            let keys = Arc::new(driver::fresh_keys::<Idem>(unique_calls(calls)));
+            measure_unique_idem(&rt, &build::<Idem>(&rt), &keys);
+            keys.len() as u64
         }
         ("unique", "dashmap_shared") => {
-            let keys = driver::fresh_keys::<DashShared>(unique_calls(calls));
-            let made = keys.len() as u64;
-            measure_unique_dashmap(&rt, &build::<DashShared>(&rt), keys);
-            made
+            let keys = Arc::new(driver::fresh_keys::<DashShared>(unique_calls(calls)));
+            measure_unique_dashmap(&rt, &build::<DashShared>(&rt), &keys);
+            keys.len() as u64
         }
-        _ => {
-            eprintln!("usage: instructions [replay|unique] [idem|dashmap_shared] [calls > 0]");
-            std::process::exit(2);
-        }
+        _ => usage(),
     };
     println!(
         "instructions: {workload} / {store}: {made} calls measured; the whole run took {:.2?} (count the instructions with callgrind: see the file's docs)",

@@ -1,9 +1,9 @@
 //! What one memory access and one clock read cost on this machine (issue 4: the targets' floor).
 //!
 //! A replay, in any store, is a chain of loads that each need the one before: the request key's
-//! bytes (to hash them), the table's control bytes, the slot, the value's reference count. When
-//! those lines are not in a near cache, each link costs one full memory latency, and no
-//! instruction saving shortens the chain. This bench measures that latency, so the peers bench's
+//! bytes (to hash them), the table's control bytes, the slot, the entry (idem's box; the DashMap
+//! design's key bytes), the value's reference count. When those lines are not in a near cache,
+//! each link costs one full memory latency, and no instruction saving shortens the chain. This bench measures that latency, so the peers bench's
 //! p50 figures can be read against it:
 //!
 //! ```text

@@ -41,6 +41,12 @@ impl Reason {
     pub const MISSING_IDEMPOTENCY_KEY: Reason = Reason(Cow::Borrowed("MISSING_IDEMPOTENCY_KEY"));
     /// The connection was lost after the request was sent: the outcome is unknown (SPEC S3).
     pub const UNKNOWN_OUTCOME: Reason = Reason(Cow::Borrowed("UNKNOWN_OUTCOME"));
+    /// A holder's claim on a shared tier was taken over by a later claim (its lease lapsed and
+    /// another run holds a higher fencing token): its result was not stored (D1, D5).
+    pub const FENCED_OUT: Reason = Reason(Cow::Borrowed("FENCED_OUT"));
+    /// The run a caller waited for ended without a result (its leader went away before starting,
+    /// or the scope was forgotten); retry with the same key.
+    pub const RUN_ABANDONED: Reason = Reason(Cow::Borrowed("RUN_ABANDONED"));
 
     /// A reason from any text (conventionally `UPPER_SNAKE`).
     pub fn new(s: impl Into<Cow<'static, str>>) -> Self {

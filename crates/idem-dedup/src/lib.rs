@@ -111,7 +111,9 @@
     rust_2018_idioms
 )]
 
+mod codec;
 mod config;
+mod deduplicator;
 mod engine;
 mod entry;
 mod error;
@@ -126,11 +128,16 @@ mod run;
 mod shard;
 mod stats;
 mod tally;
+pub mod tiered;
 mod wheel;
 
+#[cfg(feature = "serde")]
+pub use codec::JsonCodec;
+pub use codec::{BytesCodec, Codec};
 pub use config::{ConfigError, EngineBuilder, InFlightPolicy};
+pub use deduplicator::Deduplicator;
 pub use engine::{Engine, ShutdownReport};
 pub use entry::{EntryInfo, EntryState};
 pub use error::DedupError;
-pub use outcome::{Outcome, OutcomeKind};
+pub use outcome::{Outcome, OutcomeKind, Source};
 pub use stats::{OutcomeCounts, ShardStats, Stats};

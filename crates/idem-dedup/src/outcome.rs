@@ -1,6 +1,8 @@
-//! What a call got: executed, joined or replayed (SPEC E1).
+//! What a call got: executed, joined or replayed (E1), and from where (D1).
 
 use tokio::time::Instant;
+
+use crate::remote::FencingToken;
 
 /// How a successful call got its value (SPEC E1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -45,7 +47,27 @@ impl OutcomeKind {
 pub struct Outcome<V> {
     value: V,
     kind: OutcomeKind,
+    source: Source,
+    /// Whether the shared tier holds the result (always true without one).
+    recorded: bool,
+    /// The fencing token's number; 0 when there is none.
+    token: u64,
     expires_at: Instant,
+}
+
+/// Where the value of an [`Outcome`] was produced (D1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// This engine, which has no shared tier behind it (an [`Engine`](crate::Engine)).
+    Local,
+    /// An action run on this instance under a claim of the shared tier.
+    ThisInstance,
+    /// Another instance's run, read from the shared tier.
+    OtherInstance,
+    /// An action run on this instance *without* a claim, because the shared tier was unreachable
+    /// and the engine was built to fail open
+    /// ([`OnUnavailable::FailOpen`](crate::tiered::OnUnavailable::FailOpen)).
+    FailOpen,
 }
 
 impl<V> Outcome<V> {
@@ -53,6 +75,28 @@ impl<V> Outcome<V> {
         Outcome {
             value,
             kind,
+            source: Source::Local,
+            recorded: true,
+            token: 0,
+            expires_at,
+        }
+    }
+
+    /// An outcome of a tiered engine.
+    pub(crate) fn tiered(
+        value: V,
+        kind: OutcomeKind,
+        expires_at: Instant,
+        source: Source,
+        token: Option<FencingToken>,
+        recorded: bool,
+    ) -> Self {
+        Outcome {
+            value,
+            kind,
+            source,
+            recorded,
+            token: token.map_or(0, FencingToken::get),
             expires_at,
         }
     }
@@ -75,6 +119,29 @@ impl<V> Outcome<V> {
     /// Whether nothing ran for this call (joined or replayed): what servers mark as a replay.
     pub fn is_duplicate(&self) -> bool {
         self.kind != OutcomeKind::Executed
+    }
+
+    /// Where the value was produced: [`Source::Local`] for an [`Engine`](crate::Engine); for a
+    /// [`TieredEngine`](crate::tiered::TieredEngine), this instance, another one, or a fail-open
+    /// run.
+    pub fn source(&self) -> Source {
+        self.source
+    }
+
+    /// The fencing token of the run that produced the value, when it ran on this instance under
+    /// a claim of the shared tier; `None` for an [`Engine`](crate::Engine), for values from other
+    /// instances and for fail-open runs.
+    pub fn fencing_token(&self) -> Option<FencingToken> {
+        (self.token != 0).then_some(FencingToken::new(self.token))
+    }
+
+    /// Whether the shared tier holds the result, so other instances replay it (D5). `false` when
+    /// the action ran here but its completion could not be written (the tier failed; writing it is
+    /// retried while the claim is still this run's, and counted in
+    /// [`TierStats::unrecorded`](crate::tiered::TierStats::unrecorded)), and for fail-open runs.
+    /// Always `true` for an [`Engine`](crate::Engine), which has no shared tier.
+    pub fn is_recorded(&self) -> bool {
+        self.recorded
     }
 
     /// When the stored result expires (tokio clock): the action's completion + TTL, the same

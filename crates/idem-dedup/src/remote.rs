@@ -1,14 +1,14 @@
-//! A second tier behind the engine, shared by several server instances (SPEC D1–D4).
+//! A second tier behind the engine, shared by several server instances (D1–D6).
 //!
 //! # Why a second tier
 //!
 //! The [`Engine`](crate::Engine) deduplicates the callers of *one* process. When a service runs as
 //! several instances behind a load balancer, a client's retry can land on another instance, whose
 //! engine has never seen the key: without a shared record the side effect runs twice. A remote
-//! tier is that shared record: a store every instance reaches (Redis in `idem-redis`, a relational
-//! table later, SPEC D4) that arbitrates *between* instances, while each instance's engine keeps
-//! coalescing its own callers in front of it, so the store sees at most one claim per scope per
-//! instance.
+//! tier is that shared record: a store every instance reaches (Redis in `idem-redis`, PostgreSQL
+//! in `idem-postgres`) that arbitrates *between* instances, while each instance's engine keeps
+//! coalescing its own callers in front of it (the [`TieredEngine`](crate::tiered::TieredEngine)),
+//! so the store sees at most one claim per scope per instance.
 //!
 //! # The protocol
 //!
@@ -21,75 +21,109 @@
 //! 3. An instance that met another's claim [`wait`](RemoteTier::wait)s for a change (a completion
 //!    notice, or the holder's lease lapsing), then claims again: it then gets the result, or, if the
 //!    holder died, the claim itself.
+//! 4. Operators [`lookup`](RemoteTier::lookup) and [`forget`](RemoteTier::forget) records (E13).
 //!
-//! # Fencing
+//! # Owners and orphans
 //!
-//! A lease can lapse while its holder still runs (a long GC pause, a stalled disk). Another
-//! instance then claims and gets a *higher* token. Complete and release only succeed while the
-//! caller's token still holds the claim ([`Commit::FencedOut`] otherwise), so the late holder never
-//! overwrites the new holder's result; and a side-effect store that remembers the highest token
-//! it accepted can refuse the late holder's write too (the classic fencing-token scheme).
+//! Every claim names its [`OwnerId`]: one per tiered engine, random, so it differs between
+//! processes and between restarts. A claim whose reply was lost (a timeout: the store ran it, the
+//! caller never heard) is an *orphan*: nobody will complete it. When the same owner claims the
+//! scope again, the tier hands the claim back to it at once, with a new, higher token
+//! ([`ClaimOutcome::Claimed`] with `reclaimed: true`), instead of letting it wait out its own
+//! lease. This is safe because one tiered engine runs at most one claim of a scope at a time
+//! (its local engine coalesces the instance's callers), so a held claim with its own owner is
+//! always one it abandoned.
+//!
+//! # Fencing: what a token protects, and what it does not
+//!
+//! A lease can lapse while its holder still runs (a long GC pause, a stalled disk, `SIGSTOP`).
+//! Another instance then claims and gets a *higher* token; every claim of a scope gets a token
+//! greater than every earlier claim of that scope, and a tier must keep that true even when it
+//! loses its data (a Redis restart without persistence must not hand out token 1 twice).
+//!
+//! * **The tier's own record is protected.** Complete and release succeed only while no later
+//!   claim exists (the scope's fence still equals the caller's token), so a late holder never
+//!   overwrites the new holder's result ([`Commit::FencedOut`]). Nobody else claiming, a holder
+//!   whose lease merely ran out still completes: the result is stored and replayed.
+//! * **A side-effect store that checks tokens protects itself only partly.** A store that keeps
+//!   the highest token it accepted per resource and refuses lower ones refuses the late holder's
+//!   write *when the new holder wrote first*. If the late holder writes first (it stalled just
+//!   past its lease, then wrote at once), the store accepts its lower token, then the new
+//!   holder's higher one: two side effects. Tokens order writers; they do not make a lapsed lease
+//!   safe.
+//! * **What does exclude a second side effect:** a lease longer than the action can ever run (give
+//!   the action its own timeout below the lease), or the record and the side effect in one
+//!   transaction (`idem-postgres`'s transactional mode), where the database itself refuses the
+//!   late holder.
 //!
 //! # Errors
 //!
 //! Every method returns the store's failures as a [`Status`], normally `UNAVAILABLE` (retryable):
-//! the caller decides whether to fail closed (the default in `idem-redis`) or open.
+//! the caller decides whether to fail closed (the default) or open.
 //!
 //! # Examples
 //!
-//! A complete, single-process implementation (a mutex-guarded map), and the claim loop a tier
-//! drives with it:
+//! A complete, single-process implementation (a mutex-guarded map; it has no leases, so nothing
+//! ever lapses), and the claim loop a tiered engine drives with it:
 //!
 //! ```
 //! use idem_core::{Fingerprint, Scope, Status};
-//! use idem_dedup::remote::{ClaimOutcome, Commit, FencingToken, RemoteTier};
+//! use idem_dedup::remote::{
+//!     Claim, ClaimOutcome, Commit, FencingToken, OwnerId, RecordState, RemoteRecord, RemoteTier,
+//! };
 //! use std::collections::HashMap;
 //! use std::future::{ready, Future};
 //! use std::sync::Mutex;
 //! use std::time::Duration;
 //!
+//! #[derive(Clone)]
 //! enum Record {
-//!     Running { fp: Fingerprint, token: FencingToken },
-//!     Done { fp: Fingerprint, value: Vec<u8> },
+//!     Running { fp: Fingerprint, token: FencingToken, owner: OwnerId },
+//!     Done { fp: Fingerprint, token: FencingToken, value: Vec<u8> },
 //! }
 //!
 //! #[derive(Default)]
 //! struct InMemory {
-//!     records: Mutex<HashMap<Scope, Record>>,
-//!     fence: Mutex<u64>,
+//!     records: Mutex<(HashMap<Scope, Record>, HashMap<Scope, u64>)>, // records, fences
 //! }
 //!
 //! impl RemoteTier for InMemory {
-//!     fn claim(&self, scope: &Scope, fp: Fingerprint, _lease: Duration)
+//!     fn claim(&self, scope: &Scope, fp: Fingerprint, _lease: Duration, owner: OwnerId)
 //!         -> impl Future<Output = Result<ClaimOutcome, Status>> + Send {
-//!         let mut records = self.records.lock().unwrap();
-//!         let out = match records.get(scope) {
-//!             Some(Record::Running { fp: f, .. }) | Some(Record::Done { fp: f, .. }) if *f != fp => {
+//!         let mut guard = self.records.lock().unwrap();
+//!         let (records, fences) = &mut *guard;
+//!         let out = match records.get(scope).cloned() {
+//!             Some(Record::Running { fp: f, .. }) | Some(Record::Done { fp: f, .. }) if f != fp => {
 //!                 ClaimOutcome::Conflict
 //!             }
-//!             Some(Record::Running { token, .. }) => ClaimOutcome::InFlightElsewhere {
-//!                 holder: *token,
-//!                 lease_left: Duration::from_secs(1), // leases are not modelled here
-//!             },
-//!             Some(Record::Done { value, .. }) => ClaimOutcome::Completed(value.clone()),
-//!             None => {
-//!                 let mut fence = self.fence.lock().unwrap();
+//!             Some(Record::Done { value, .. }) => ClaimOutcome::Completed(value),
+//!             Some(Record::Running { token, owner: o, .. }) if o != owner => {
+//!                 ClaimOutcome::InFlightElsewhere { holder: token, lease_left: Duration::from_secs(1) }
+//!             }
+//!             held => {
+//!                 // Free, or our own orphan: a new, higher token either way.
+//!                 let fence = fences.entry(scope.clone()).or_insert(0);
 //!                 *fence += 1;
 //!                 let token = FencingToken::new(*fence);
-//!                 records.insert(scope.clone(), Record::Running { fp, token });
-//!                 ClaimOutcome::Claimed { token }
+//!                 records.insert(scope.clone(), Record::Running { fp, token, owner });
+//!                 ClaimOutcome::Claimed { token, reclaimed: held.is_some() }
 //!             }
 //!         };
 //!         ready(Ok(out))
 //!     }
 //!
-//!     fn complete(&self, scope: &Scope, token: FencingToken, value: Vec<u8>, _ttl: Duration)
+//!     fn complete(&self, claim: Claim<'_>, value: Vec<u8>, _ttl: Duration)
 //!         -> impl Future<Output = Result<Commit, Status>> + Send {
-//!         let mut records = self.records.lock().unwrap();
-//!         let out = match records.get(scope) {
-//!             Some(Record::Running { fp, token: t }) if *t == token => {
-//!                 let fp = *fp;
-//!                 records.insert(scope.clone(), Record::Done { fp, value });
+//!         let mut guard = self.records.lock().unwrap();
+//!         let (records, fences) = &mut *guard;
+//!         let ours = fences.get(claim.scope) == Some(&claim.token.get());
+//!         let out = match records.get(claim.scope) {
+//!             // Completed by this very claim already: a retry after a lost reply.
+//!             Some(Record::Done { token, .. }) if *token == claim.token => Commit::Committed,
+//!             Some(Record::Done { .. }) => Commit::FencedOut,
+//!             _ if ours => {
+//!                 let done = Record::Done { fp: claim.fingerprint, token: claim.token, value };
+//!                 records.insert(claim.scope.clone(), done);
 //!                 Commit::Committed
 //!             }
 //!             _ => Commit::FencedOut,
@@ -97,12 +131,13 @@
 //!         ready(Ok(out))
 //!     }
 //!
-//!     fn release(&self, scope: &Scope, token: FencingToken)
-//!         -> impl Future<Output = Result<Commit, Status>> + Send {
-//!         let mut records = self.records.lock().unwrap();
-//!         let out = match records.get(scope) {
-//!             Some(Record::Running { token: t, .. }) if *t == token => {
-//!                 records.remove(scope);
+//!     fn release(&self, claim: Claim<'_>) -> impl Future<Output = Result<Commit, Status>> + Send {
+//!         let mut guard = self.records.lock().unwrap();
+//!         let (records, fences) = &mut *guard;
+//!         let out = match records.get(claim.scope) {
+//!             Some(Record::Running { token, .. }) if *token == claim.token
+//!                 && fences.get(claim.scope) == Some(&token.get()) => {
+//!                 records.remove(claim.scope);
 //!                 Commit::Committed
 //!             }
 //!             _ => Commit::FencedOut,
@@ -114,42 +149,63 @@
 //!         -> impl Future<Output = Result<(), Status>> + Send {
 //!         ready(Ok(())) // one process: nothing to wait for in this sketch
 //!     }
+//!
+//!     fn lookup(&self, scope: &Scope)
+//!         -> impl Future<Output = Result<Option<RemoteRecord>, Status>> + Send {
+//!         let guard = self.records.lock().unwrap();
+//!         let info = guard.0.get(scope).map(|r| match r {
+//!             Record::Running { token, .. } => RemoteRecord {
+//!                 state: RecordState::InFlight { holder: *token },
+//!                 expires_in: None,
+//!             },
+//!             Record::Done { .. } => RemoteRecord { state: RecordState::Completed, expires_in: None },
+//!         });
+//!         ready(Ok(info))
+//!     }
+//!
+//!     fn forget(&self, scope: &Scope) -> impl Future<Output = Result<bool, Status>> + Send {
+//!         // The fence stays: a later claim must still get a higher token.
+//!         ready(Ok(self.records.lock().unwrap().0.remove(scope).is_some()))
+//!     }
 //! }
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let tier = InMemory::default();
+//! let (a, b) = (OwnerId::random(), OwnerId::random()); // two instances
 //! let scope = Scope::parse("tenant-1", "/shop/CreateOrder", "order-0001")?;
 //! let fp = Fingerprint::of(b"qty=1");
 //! let lease = Duration::from_secs(30);
 //!
-//! let ClaimOutcome::Claimed { token } = tier.claim(&scope, fp, lease).await? else { panic!() };
-//! assert_eq!(token, FencingToken::new(1));
+//! let ClaimOutcome::Claimed { token, .. } = tier.claim(&scope, fp, lease, a).await? else { panic!() };
 //! // Another instance meets the claim...
-//! assert!(matches!(tier.claim(&scope, fp, lease).await?, ClaimOutcome::InFlightElsewhere { .. }));
-//! // ...and another payload under the same key is a conflict (SPEC K4).
-//! assert_eq!(tier.claim(&scope, Fingerprint::of(b"qty=2"), lease).await?, ClaimOutcome::Conflict);
+//! assert!(matches!(tier.claim(&scope, fp, lease, b).await?, ClaimOutcome::InFlightElsewhere { .. }));
+//! // ...and another payload under the same key is a conflict (K4).
+//! assert_eq!(tier.claim(&scope, Fingerprint::of(b"qty=2"), lease, b).await?, ClaimOutcome::Conflict);
 //!
+//! let claim = Claim { scope: &scope, fingerprint: fp, token, owner: a };
 //! let ttl = Duration::from_secs(3600);
-//! assert_eq!(tier.complete(&scope, token, b"order-1001".to_vec(), ttl).await?, Commit::Committed);
-//! assert_eq!(tier.claim(&scope, fp, lease).await?, ClaimOutcome::Completed(b"order-1001".to_vec()));
-//! // A stale holder is fenced out.
-//! assert_eq!(tier.release(&scope, token).await?, Commit::FencedOut);
+//! assert_eq!(tier.complete(claim, b"order-1001".to_vec(), ttl).await?, Commit::Committed);
+//! assert_eq!(tier.claim(&scope, fp, lease, b).await?, ClaimOutcome::Completed(b"order-1001".to_vec()));
+//! // A completion retried after a lost reply is still committed; a release is refused.
+//! assert_eq!(tier.complete(claim, b"order-1001".to_vec(), ttl).await?, Commit::Committed);
+//! assert_eq!(tier.release(claim).await?, Commit::FencedOut);
 //! # Ok(()) }
 //! ```
 
 use std::fmt;
 use std::future::Future;
+use std::hash::BuildHasher;
 use std::time::Duration;
 
 use idem_core::{Fingerprint, Scope, Status};
 
 /// A number handed out with each claim of a scope that only grows: a later claim of the same
-/// scope always gets a larger token than every earlier one (within the store's memory of the
-/// scope, see the implementation's docs).
+/// scope always gets a larger token than every earlier one, even across a loss of the tier's
+/// data (each tier's docs say how it keeps that).
 ///
-/// Pass it to the store that takes the side effect: a store that keeps the highest token it
-/// accepted and refuses lower ones cannot be written by a holder whose lease lapsed.
+/// Pass it to the store that takes the side effect; the [module docs](self#fencing-what-a-token-protects-and-what-it-does-not)
+/// say exactly what that protects.
 ///
 /// [`FencingToken::UNFENCED`] (zero) marks a run made without any claim (fail-open); real
 /// tokens start at 1.
@@ -188,16 +244,82 @@ impl fmt::Display for FencingToken {
     }
 }
 
-/// What [`RemoteTier::claim`] found (SPEC D1, K4).
+/// Names the maker of a claim: one per tiered engine, random (see the [module
+/// docs](self#owners-and-orphans)). Shown as 32 hex digits.
+///
+/// ```
+/// use idem_dedup::remote::OwnerId;
+/// let a = OwnerId::random();
+/// assert_ne!(a, OwnerId::random());
+/// assert_eq!(a.to_string().len(), 32);
+/// assert_eq!(OwnerId::from_u128(255).to_string(), "000000000000000000000000000000ff");
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OwnerId(u128);
+
+impl OwnerId {
+    /// A new random id (from the standard library's randomly seeded hasher, the clock and the
+    /// process id, so two processes, or two engines in one, never share one in practice).
+    pub fn random() -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let one = std::hash::RandomState::new().hash_one((nanos, std::process::id(), 1u8));
+        let two = std::hash::RandomState::new().hash_one((nanos, std::process::id(), 2u8));
+        OwnerId((u128::from(one) << 64) | u128::from(two))
+    }
+
+    /// An id from its number (tests, or an id kept across restarts on purpose).
+    pub const fn from_u128(n: u128) -> Self {
+        OwnerId(n)
+    }
+
+    /// The number.
+    pub const fn get(self) -> u128 {
+        self.0
+    }
+}
+
+impl fmt::Debug for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "OwnerId({:032x})", self.0)
+    }
+}
+
+impl fmt::Display for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+/// A claim held by its maker: what [`complete`](RemoteTier::complete) and
+/// [`release`](RemoteTier::release) present to the tier.
+#[derive(Debug, Clone, Copy)]
+pub struct Claim<'a> {
+    /// The scope claimed.
+    pub scope: &'a Scope,
+    /// The request fingerprint the claim was made with (a completion whose record lapsed is
+    /// written again with it).
+    pub fingerprint: Fingerprint,
+    /// The claim's token.
+    pub token: FencingToken,
+    /// Who made the claim.
+    pub owner: OwnerId,
+}
+
+/// What [`RemoteTier::claim`] found (D1, K4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimOutcome {
-    /// Nobody held the scope: this caller holds it now, with a lease, and must run the action and
-    /// then complete or release with `token`.
+    /// Nobody held the scope, or only an orphan of this owner did: this caller holds it now, with
+    /// a lease, and must run the action and then complete or release with `token`.
     Claimed {
         /// The claim's fencing token.
         token: FencingToken,
+        /// Whether the scope was held by an orphaned claim of the same owner, now taken back.
+        reclaimed: bool,
     },
-    /// Another caller (normally another instance) holds the scope and its lease still runs.
+    /// Another owner holds the scope and its lease still runs.
     InFlightElsewhere {
         /// The holder's token (pass it to [`RemoteTier::wait`]).
         holder: FencingToken,
@@ -216,60 +338,82 @@ pub enum ClaimOutcome {
 pub enum Commit {
     /// The token held the claim; the record was written (complete) or removed (release).
     Committed,
-    /// The token no longer holds the claim (its lease lapsed and the record expired or was claimed
-    /// again with a higher token): nothing was written.
+    /// A later claim exists (the scope's fence moved past the token), or the scope is already
+    /// completed: nothing was written.
     FencedOut,
 }
 
-/// A shared record of scopes that several instances consult (SPEC D1–D4); see the [module
+/// What a tier holds for a scope, for operators (E13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteRecord {
+    /// In flight or completed.
+    pub state: RecordState,
+    /// Time until the record lapses (the lease while in flight, the TTL once completed), when the
+    /// tier knows it.
+    pub expires_in: Option<Duration>,
+}
+
+/// The state part of [`RemoteRecord`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordState {
+    /// A claim holds the scope.
+    InFlight {
+        /// The holder's token.
+        holder: FencingToken,
+    },
+    /// A result is stored.
+    Completed,
+}
+
+/// A shared record of scopes that several instances consult (D1–D6); see the [module
 /// docs](self) for the protocol and a complete implementation.
 ///
 /// Implementations must make [`claim`](Self::claim) atomic (two concurrent claims of a free scope:
-/// exactly one gets [`ClaimOutcome::Claimed`]) and must put a time limit on every call to the
-/// store, answering `UNAVAILABLE` when it passes. The futures must be `Send` so tiers can be used
-/// from multi-threaded runtimes; nothing here depends on a particular runtime.
+/// exactly one gets [`ClaimOutcome::Claimed`]), keep tokens growing per scope even across a loss
+/// of data, and put a time limit on every call to the store, answering `UNAVAILABLE` when it
+/// passes. The futures must be `Send` so tiers can be used from multi-threaded runtimes.
 pub trait RemoteTier: Send + Sync + 'static {
-    /// Looks `scope` up and claims it for `lease` if nobody holds it (see [`ClaimOutcome`]).
+    /// Looks `scope` up and claims it for `lease` if nobody holds it, or only an orphaned claim of
+    /// `owner` does (see [`ClaimOutcome`]).
     ///
     /// # Errors
     ///
     /// The store failed or did not answer in time (normally `UNAVAILABLE`): no claim was made, or
-    /// one was made that nobody will use and that lapses with its lease.
+    /// one was made that nobody will use; the same owner takes it back at its next claim.
     fn claim(
         &self,
         scope: &Scope,
         fingerprint: Fingerprint,
         lease: Duration,
+        owner: OwnerId,
     ) -> impl Future<Output = Result<ClaimOutcome, Status>> + Send;
 
-    /// Stores the encoded `value` for `ttl` if `token` still holds the claim, and lets waiters
-    /// know (SPEC D1).
+    /// Stores the encoded `value` for `ttl` if no later claim of the scope exists, even if the
+    /// claim's lease ran out, and lets waiters know (D1, D5). Completing again with the same
+    /// claim once it is stored answers [`Commit::Committed`] (a retry after a lost reply).
     ///
     /// # Errors
     ///
-    /// The store failed or did not answer in time; whether the value was stored is unknown.
+    /// The store failed or did not answer in time; whether the value was stored is unknown (a
+    /// retry tells).
     fn complete(
         &self,
-        scope: &Scope,
-        token: FencingToken,
+        claim: Claim<'_>,
         value: Vec<u8>,
         ttl: Duration,
     ) -> impl Future<Output = Result<Commit, Status>> + Send;
 
-    /// Drops the claim if `token` still holds it (after a failed action, so the next call runs
+    /// Drops the claim if it still holds the scope (after a failed action, so the next call runs
     /// again), and lets waiters know.
     ///
     /// # Errors
     ///
-    /// The store failed or did not answer in time; the claim then lapses with its lease.
-    fn release(
-        &self,
-        scope: &Scope,
-        token: FencingToken,
-    ) -> impl Future<Output = Result<Commit, Status>> + Send;
+    /// The store failed or did not answer in time; the claim then lapses with its lease, or its
+    /// owner takes it back.
+    fn release(&self, claim: Claim<'_>) -> impl Future<Output = Result<Commit, Status>> + Send;
 
     /// Waits until the record of `scope` may have changed from "held by `holder`" (completed,
-    /// released, lapsed), or `at_most` passed, whichever comes first (SPEC D2). The caller then
+    /// released, lapsed), or `at_most` passed, whichever comes first (D2). The caller then
     /// claims again. Implementations must not miss a change that happens after the claim that
     /// reported `holder` (they may report spurious ones), and must never spin.
     ///
@@ -283,4 +427,22 @@ pub trait RemoteTier: Send + Sync + 'static {
         holder: FencingToken,
         at_most: Duration,
     ) -> impl Future<Output = Result<(), Status>> + Send;
+
+    /// What the tier holds for `scope`, if anything (E13).
+    ///
+    /// # Errors
+    ///
+    /// The store failed or did not answer in time.
+    fn lookup(
+        &self,
+        scope: &Scope,
+    ) -> impl Future<Output = Result<Option<RemoteRecord>, Status>> + Send;
+
+    /// Removes the record of `scope` (in flight or completed), keeping what makes later tokens
+    /// higher; returns whether there was one (E13). The next call runs the action again.
+    ///
+    /// # Errors
+    ///
+    /// The store failed or did not answer in time.
+    fn forget(&self, scope: &Scope) -> impl Future<Output = Result<bool, Status>> + Send;
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use idem_core::{Code, Reason, Status};
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, FromRedisValue, RedisError, ScriptInvocation, Value};
+use redis::{Cmd, FromRedisValue, Pipeline, RedisError, ScriptInvocation, Value};
 
 /// A reconnecting connection to one server (`ConnectionManager`) or to a cluster
 /// (`ClusterConnection`, which follows slot moves itself). Both are cheap to clone and multiplex
@@ -61,6 +61,26 @@ impl Conn {
             Conn::Cluster(c) => {
                 let mut c = c.clone();
                 timed(cmd.query_async::<T>(&mut c), limit).await
+            }
+        }
+    }
+}
+
+impl Conn {
+    /// Runs a pipeline, giving up after `limit`.
+    pub(crate) async fn query_pipe<T: FromRedisValue>(
+        &self,
+        pipe: &Pipeline,
+        limit: Duration,
+    ) -> Result<T, Status> {
+        match self {
+            Conn::Single(c) => {
+                let mut c = c.clone();
+                timed(pipe.query_async::<T>(&mut c), limit).await
+            }
+            Conn::Cluster(c) => {
+                let mut c = c.clone();
+                timed(pipe.query_async::<T>(&mut c), limit).await
             }
         }
     }

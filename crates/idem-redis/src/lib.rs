@@ -127,26 +127,23 @@
     rust_2018_idioms
 )]
 
-mod builder;
-mod codec;
 mod config;
 mod conn;
 mod keys;
 pub mod metrics;
 mod notifier;
-mod outcome;
 mod scripts;
-mod stats;
 mod tier;
-mod tiered;
 
-pub use builder::{OnUnavailable, TieredBuilder};
-#[cfg(feature = "serde")]
-pub use codec::JsonCodec;
-pub use codec::{BytesCodec, Codec};
 pub use config::{ConnectError, RedisTierBuilder};
-pub use idem_dedup::remote::{ClaimOutcome, Commit, FencingToken, RemoteTier};
-pub use outcome::{Source, TieredOutcome};
-pub use stats::TierStats;
+pub use idem_dedup::remote::{ClaimOutcome, Commit, FencingToken, OwnerId, RemoteTier};
+pub use idem_dedup::tiered::{OnUnavailable, TierStats, TieredBuilder};
+#[cfg(feature = "serde")]
+pub use idem_dedup::JsonCodec;
+pub use idem_dedup::{BytesCodec, Codec, Outcome, Source};
 pub use tier::RedisTier;
-pub use tiered::TieredEngine;
+
+/// The [`TieredEngine`](idem_dedup::tiered::TieredEngine) over a [`RedisTier`]: each instance's
+/// local engine in front, Redis arbitrating between instances. `TieredEngine::<V>::builder(tier)`
+/// starts one.
+pub type TieredEngine<V, C = BytesCodec> = idem_dedup::tiered::TieredEngine<V, RedisTier, C>;

@@ -1,4 +1,4 @@
-//! The three Lua scripts (claim, complete, release) and how their replies are read (SPEC D1).
+//! The Lua scripts (claim, complete, release, forget) and how their replies are read (D1, D5).
 //!
 //! Each runs atomically on the Redis node that owns the scope's slot; every key it touches carries
 //! the scope's hash tag, so it is a single-slot script on Redis Cluster too.
@@ -6,46 +6,75 @@
 use redis::{Script, Value};
 
 /// `KEYS`: record, fence. `ARGV`: fingerprint, lease ms, fence ttl ms, owner.
-/// Replies `{0, token}` claimed, `{1, holder, pttl}` in flight, `{2, value}` completed,
+/// Replies `{0, token, reclaimed}` claimed, `{1, holder, pttl}` in flight, `{2, value}` completed,
 /// `{3}` conflict.
+///
+/// A token is the larger of the scope's last token + 1 and the server's clock in microseconds, so
+/// it grows even when Redis lost the scope's fence (a restart without persistence): the clock has
+/// moved on since the lost token was handed out. A record held by the caller's own owner is an
+/// orphan (the owner runs one claim per scope at a time) and is taken back with a new token.
 const CLAIM: &str = r#"
-local r = redis.call('HMGET', KEYS[1], 'st', 'fp', 'tok', 'val')
-if not r[1] then
-  local tok = redis.call('INCR', KEYS[2])
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  redis.call('HSET', KEYS[1], 'st', 'run', 'fp', ARGV[1], 'tok', tok, 'own', ARGV[4])
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {0, tok}
+local r = redis.call('HMGET', KEYS[1], 'st', 'fp', 'tok', 'own', 'val')
+local reclaimed = 0
+if r[1] then
+  if r[2] ~= ARGV[1] then return {3} end
+  if r[1] == 'done' then return {2, r[5]} end
+  if r[4] ~= ARGV[4] then
+    redis.call('HSET', KEYS[1], 'w', '1')
+    return {1, tonumber(r[3]), redis.call('PTTL', KEYS[1])}
+  end
+  reclaimed = 1
 end
-if r[2] ~= ARGV[1] then return {3} end
-if r[1] == 'done' then return {2, r[4]} end
-redis.call('HSET', KEYS[1], 'w', '1')
-return {1, tonumber(r[3]), redis.call('PTTL', KEYS[1])}
+local t = redis.call('TIME')
+local tok = tonumber(redis.call('GET', KEYS[2]) or '0') + 1
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if now > tok then tok = now end
+tok = string.format('%.0f', tok)
+redis.call('SET', KEYS[2], tok, 'PX', ARGV[3])
+redis.call('HSET', KEYS[1], 'st', 'run', 'fp', ARGV[1], 'tok', tok, 'own', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {0, tok, reclaimed}
 "#;
 
-/// `KEYS`: record. `ARGV`: token, owner, value, ttl ms, channel. (Three server calls: the
-/// completion is on every new key's path, so it stays lean; the fence counter's lifetime is set
-/// by the claim.)
-/// Replies `{1}` stored, `{0, current token or 0}` fenced out. Publishes on the channel when a
-/// waiter marked the record.
+/// `KEYS`: record, fence. `ARGV`: token, owner, value, ttl ms, channel, fingerprint.
+/// Replies `{1}` stored (now, or already by this claim), `{0, current token or 0}` fenced out.
+/// Publishes on the channel when a waiter marked the record.
+///
+/// The claim still holds while the fence equals its token, even if the record's lease ran out
+/// (the record is then written again); a fence that is gone means Redis lost the scope's data and
+/// nobody claimed since, so the result is written too.
 const COMPLETE: &str = r#"
-local r = redis.call('HMGET', KEYS[1], 'st', 'tok', 'own', 'w')
-if r[1] ~= 'run' or r[2] ~= ARGV[1] or r[3] ~= ARGV[2] then
+local r = redis.call('HMGET', KEYS[1], 'st', 'tok', 'w')
+if r[1] == 'done' then
+  if r[2] == ARGV[1] then return {1} end
   return {0, tonumber(r[2]) or 0}
 end
-redis.call('HSET', KEYS[1], 'st', 'done', 'val', ARGV[3])
+if r[1] == 'run' and r[2] ~= ARGV[1] then return {0, tonumber(r[2]) or 0} end
+local f = redis.call('GET', KEYS[2])
+if f and f ~= ARGV[1] then return {0, tonumber(f) or 0} end
+redis.call('HSET', KEYS[1], 'st', 'done', 'fp', ARGV[6], 'tok', ARGV[1], 'own', ARGV[2], 'val', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
-if r[4] then redis.call('PUBLISH', ARGV[5], 'done') end
+if r[3] then redis.call('PUBLISH', ARGV[5], 'done') end
 return {1}
 "#;
 
-/// `KEYS`: record. `ARGV`: token, owner, channel. Replies 1 released, 0 fenced out.
+/// `KEYS`: record. `ARGV`: token, channel. Replies 1 released, 0 fenced out (the record is
+/// gone, completed or held by a later claim).
 const RELEASE: &str = r#"
-local r = redis.call('HMGET', KEYS[1], 'st', 'tok', 'own', 'w')
-if r[1] ~= 'run' or r[2] ~= ARGV[1] or r[3] ~= ARGV[2] then return 0 end
+local r = redis.call('HMGET', KEYS[1], 'st', 'tok', 'w')
+if r[1] ~= 'run' or r[2] ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
-if r[4] then redis.call('PUBLISH', ARGV[3], 'released') end
+if r[3] then redis.call('PUBLISH', ARGV[2], 'released') end
 return 1
+"#;
+
+/// `KEYS`: record. `ARGV`: channel. Removes the record (the fence stays, so later tokens stay
+/// higher) and wakes waiters. Replies 1 if there was one.
+const FORGET: &str = r#"
+local w = redis.call('HGET', KEYS[1], 'w')
+local n = redis.call('DEL', KEYS[1])
+if w then redis.call('PUBLISH', ARGV[1], 'forgotten') end
+return n
 "#;
 
 /// The scripts, hashed once (EVALSHA, with EVAL when a node does not know them yet).
@@ -54,6 +83,7 @@ pub(crate) struct Scripts {
     pub(crate) claim: Script,
     pub(crate) complete: Script,
     pub(crate) release: Script,
+    pub(crate) forget: Script,
 }
 
 impl Scripts {
@@ -62,6 +92,7 @@ impl Scripts {
             claim: Script::new(CLAIM),
             complete: Script::new(COMPLETE),
             release: Script::new(RELEASE),
+            forget: Script::new(FORGET),
         }
     }
 }
@@ -69,7 +100,7 @@ impl Scripts {
 /// A claim script's reply.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum ClaimReply {
-    Claimed(u64),
+    Claimed { token: u64, reclaimed: bool },
     InFlight { holder: u64, pttl_ms: i64 },
     Completed(Vec<u8>),
     Conflict,
@@ -80,7 +111,10 @@ pub(crate) fn claim_reply(v: Value) -> Option<ClaimReply> {
     let Value::Array(items) = v else { return None };
     let mut it = items.into_iter();
     match int(it.next()?)? {
-        0 => Some(ClaimReply::Claimed(u64::try_from(int(it.next()?)?).ok()?)),
+        0 => Some(ClaimReply::Claimed {
+            token: u64::try_from(int(it.next()?)?).ok()?,
+            reclaimed: int(it.next()?)? == 1,
+        }),
         1 => Some(ClaimReply::InFlight {
             holder: u64::try_from(int(it.next()?)?).ok()?,
             pttl_ms: int(it.next()?)?,

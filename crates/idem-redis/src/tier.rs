@@ -1,14 +1,15 @@
 //! [`RedisTier`]: the [`RemoteTier`] on Redis or Redis Cluster (SPEC D1–D3).
 
 use std::fmt;
-use std::hash::BuildHasher;
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
 use idem_core::{Fingerprint, Scope, Status};
-use idem_dedup::remote::{ClaimOutcome, Commit, FencingToken, RemoteTier};
+use idem_dedup::remote::{
+    Claim, ClaimOutcome, Commit, FencingToken, OwnerId, RecordState, RemoteRecord, RemoteTier,
+};
 use idem_retry::{Scheduler, TokioScheduler};
 use redis::Cmd;
 
@@ -36,8 +37,6 @@ struct Inner {
     scripts: Scripts,
     prefix: String,
     command_timeout: Duration,
-    /// Names this tier's claims (`own` field), next to the token.
-    owner: String,
     notifier: Arc<Notifier>,
     subscriber: tokio::task::JoinHandle<()>,
     commands: AtomicU64,
@@ -80,14 +79,13 @@ impl RedisTier {
             channel_pattern(&prefix),
             connect_timeout,
         ));
-        let rs = std::hash::RandomState::new();
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let owner = format!("{:016x}", rs.hash_one((nanos, std::process::id())));
         let scripts = Scripts::new();
-        for s in [&scripts.claim, &scripts.complete, &scripts.release] {
+        for s in [
+            &scripts.claim,
+            &scripts.complete,
+            &scripts.release,
+            &scripts.forget,
+        ] {
             conn.preload(s, command_timeout).await;
         }
         RedisTier {
@@ -96,7 +94,6 @@ impl RedisTier {
                 scripts,
                 prefix,
                 command_timeout,
-                owner,
                 notifier,
                 subscriber,
                 commands: AtomicU64::new(0),
@@ -140,11 +137,12 @@ impl RemoteTier for RedisTier {
         scope: &Scope,
         fingerprint: Fingerprint,
         lease: Duration,
+        owner: OwnerId,
     ) -> Result<ClaimOutcome, Status> {
         let k = self.keys(scope);
         let inner = &*self.inner;
         // The fence counter outlives any record of the scope: a lease, then a TTL at most. It is
-        // refreshed by every claim and completion (see the crate docs on fencing).
+        // refreshed by every claim (see the crate docs on fencing).
         let fence_ttl = lease * 2 + Duration::from_secs(24 * 3600);
         let mut inv = inner.scripts.claim.prepare_invoke();
         inv.key(&k.record)
@@ -152,13 +150,14 @@ impl RemoteTier for RedisTier {
             .arg(fingerprint.to_string())
             .arg(ms(lease))
             .arg(ms(fence_ttl))
-            .arg(&inner.owner);
+            .arg(owner.to_string());
         self.count();
         let v = inner.conn.invoke(&inv, inner.command_timeout).await?;
         Ok(
             match claim_reply(v).ok_or_else(|| protocol("claim script"))? {
-                ClaimReply::Claimed(t) => ClaimOutcome::Claimed {
-                    token: FencingToken::new(t),
+                ClaimReply::Claimed { token, reclaimed } => ClaimOutcome::Claimed {
+                    token: FencingToken::new(token),
+                    reclaimed,
                 },
                 ClaimReply::InFlight { holder, pttl_ms } => ClaimOutcome::InFlightElsewhere {
                     holder: FencingToken::new(holder),
@@ -172,20 +171,21 @@ impl RemoteTier for RedisTier {
 
     async fn complete(
         &self,
-        scope: &Scope,
-        token: FencingToken,
+        claim: Claim<'_>,
         value: Vec<u8>,
         ttl: Duration,
     ) -> Result<Commit, Status> {
-        let k = self.keys(scope);
+        let k = self.keys(claim.scope);
         let inner = &*self.inner;
         let mut inv = inner.scripts.complete.prepare_invoke();
         inv.key(&k.record)
-            .arg(token.get())
-            .arg(&inner.owner)
+            .key(&k.fence)
+            .arg(claim.token.get())
+            .arg(claim.owner.to_string())
             .arg(value)
             .arg(ms(ttl))
-            .arg(&k.channel);
+            .arg(&k.channel)
+            .arg(claim.fingerprint.to_string());
         self.count();
         let v = inner.conn.invoke(&inv, inner.command_timeout).await?;
         match complete_reply(v).ok_or_else(|| protocol("complete script"))? {
@@ -194,14 +194,11 @@ impl RemoteTier for RedisTier {
         }
     }
 
-    async fn release(&self, scope: &Scope, token: FencingToken) -> Result<Commit, Status> {
-        let k = self.keys(scope);
+    async fn release(&self, claim: Claim<'_>) -> Result<Commit, Status> {
+        let k = self.keys(claim.scope);
         let inner = &*self.inner;
         let mut inv = inner.scripts.release.prepare_invoke();
-        inv.key(&k.record)
-            .arg(token.get())
-            .arg(&inner.owner)
-            .arg(&k.channel);
+        inv.key(&k.record).arg(claim.token.get()).arg(&k.channel);
         self.count();
         let v: redis::Value = inner.conn.invoke(&inv, inner.command_timeout).await?;
         match v {
@@ -236,5 +233,47 @@ impl RemoteTier for RedisTier {
             _ = TokioScheduler.sleep(at_most) => {}
         }
         Ok(())
+    }
+
+    async fn lookup(&self, scope: &Scope) -> Result<Option<RemoteRecord>, Status> {
+        let k = self.keys(scope);
+        let inner = &*self.inner;
+        let mut pipe = redis::pipe();
+        pipe.cmd("HMGET")
+            .arg(&k.record)
+            .arg("st")
+            .arg("tok")
+            .cmd("PTTL")
+            .arg(&k.record);
+        self.count();
+        let ((st, tok), pttl): ((Option<String>, Option<u64>), i64) =
+            inner.conn.query_pipe(&pipe, inner.command_timeout).await?;
+        let expires_in = u64::try_from(pttl).ok().map(Duration::from_millis);
+        Ok(match st.as_deref() {
+            Some("run") => Some(RemoteRecord {
+                state: RecordState::InFlight {
+                    holder: FencingToken::new(tok.unwrap_or(0)),
+                },
+                expires_in,
+            }),
+            Some("done") => Some(RemoteRecord {
+                state: RecordState::Completed,
+                expires_in,
+            }),
+            _ => None,
+        })
+    }
+
+    async fn forget(&self, scope: &Scope) -> Result<bool, Status> {
+        let k = self.keys(scope);
+        let inner = &*self.inner;
+        let mut inv = inner.scripts.forget.prepare_invoke();
+        inv.key(&k.record).arg(&k.channel);
+        self.count();
+        let v: redis::Value = inner.conn.invoke(&inv, inner.command_timeout).await?;
+        match v {
+            redis::Value::Int(n) => Ok(n > 0),
+            _ => Err(protocol("forget script")),
+        }
     }
 }

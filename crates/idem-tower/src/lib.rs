@@ -136,6 +136,7 @@
 
 mod body;
 mod client;
+mod decision;
 pub mod headers;
 mod key_header;
 mod protocol;
@@ -143,6 +144,7 @@ mod reject;
 mod server;
 mod stored;
 mod tenant;
+pub mod wire;
 mod writes;
 
 pub use body::{ReplayBody, RequestBody, ResendableBody, ResponseBody};
@@ -151,6 +153,7 @@ pub use client::{
     AttemptTimedOut, CallReport, ClientStats, Failure, MissingKey, RetryFuture, RetryLayer,
     RetryLayerBuilder, RetryService, DEFAULT_CALL_TIMEOUT,
 };
+pub use decision::Deduplicated;
 pub use key_header::{key_from_headers, KeyHeaderError};
 pub use protocol::{code_from_http, format_grpc_timeout, parse_grpc_timeout, Protocol};
 pub use server::{IdemFuture, IdemLayer, IdemLayerBuilder, IdemService, DEFAULT_MAX_BODY_BYTES};

@@ -52,6 +52,23 @@ impl StoredResponse {
         }))
     }
 
+    /// A stored response with its HTTP version (what [`decode`](Self::decode) rebuilds).
+    pub(crate) fn with_version(
+        status: StatusCode,
+        version: Version,
+        headers: HeaderMap,
+        body: Bytes,
+        trailers: Option<HeaderMap>,
+    ) -> Self {
+        StoredResponse(Arc::new(Inner {
+            status,
+            version,
+            headers,
+            body,
+            trailers,
+        }))
+    }
+
     pub(crate) fn from_parts(
         parts: http::response::Parts,
         body: Bytes,
@@ -69,6 +86,11 @@ impl StoredResponse {
     /// The HTTP status.
     pub fn status(&self) -> StatusCode {
         self.0.status
+    }
+
+    /// The HTTP version of the response.
+    pub fn version(&self) -> Version {
+        self.0.version
     }
 
     /// The headers, as the inner service sent them.

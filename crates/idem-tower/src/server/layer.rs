@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use http::HeaderName;
 use idem_core::CodeSet;
-use idem_dedup::Engine;
+use idem_dedup::{Deduplicator, Engine};
 use tower::Layer;
 
 use crate::server::IdemService;
@@ -23,10 +23,14 @@ pub(crate) struct ServerConfig {
     pub(crate) store_codes: CodeSet,
 }
 
-/// A tower [`Layer`] that deduplicates writes through an idem [`Engine`] (SPEC T1, T2).
+/// A tower [`Layer`] that deduplicates writes through any [`Deduplicator`] (T1, T2, T5): an idem
+/// [`Engine`] in one process, or a [`TieredEngine`](idem_dedup::tiered::TieredEngine) over Redis
+/// or PostgreSQL when several instances share the record.
 ///
 /// Wrap a tonic server (`Server::builder().layer(..)`) or an axum router (`Router::layer(..)`);
-/// see [`IdemService`] for what happens to each request.
+/// see [`IdemService`] for what happens to each request. Over a shared tier, responses cross it
+/// through `BytesCodec`, which this crate teaches to encode [`StoredResponse`]s
+/// ([`StoredResponse::encode`]).
 ///
 /// # Default
 ///
@@ -59,19 +63,19 @@ pub(crate) struct ServerConfig {
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
-pub struct IdemLayer {
-    engine: Engine<StoredResponse>,
+pub struct IdemLayer<D = Engine<StoredResponse>> {
+    engine: D,
     cfg: Arc<ServerConfig>,
 }
 
-impl IdemLayer {
+impl<D: Deduplicator<Value = StoredResponse>> IdemLayer<D> {
     /// A layer over `engine` with every default.
-    pub fn new(engine: Engine<StoredResponse>) -> Self {
+    pub fn new(engine: D) -> Self {
         IdemLayer::builder(engine).build()
     }
 
     /// A builder over `engine`.
-    pub fn builder(engine: Engine<StoredResponse>) -> IdemLayerBuilder {
+    pub fn builder(engine: D) -> IdemLayerBuilder<D> {
         IdemLayerBuilder {
             engine,
             cfg: ServerConfig {
@@ -85,28 +89,28 @@ impl IdemLayer {
         }
     }
 
-    /// The engine.
-    pub fn engine(&self) -> &Engine<StoredResponse> {
+    /// The deduplicator.
+    pub fn engine(&self) -> &D {
         &self.engine
     }
 }
 
-impl<S> Layer<S> for IdemLayer {
-    type Service = IdemService<S>;
+impl<S, D: Clone> Layer<S> for IdemLayer<D> {
+    type Service = IdemService<S, D>;
 
-    fn layer(&self, inner: S) -> IdemService<S> {
+    fn layer(&self, inner: S) -> IdemService<S, D> {
         IdemService::new(inner, self.engine.clone(), self.cfg.clone())
     }
 }
 
 /// Builds an [`IdemLayer`]; every setting has a default (see [`IdemLayer`]).
 #[derive(Debug)]
-pub struct IdemLayerBuilder {
-    engine: Engine<StoredResponse>,
+pub struct IdemLayerBuilder<D = Engine<StoredResponse>> {
+    engine: D,
     cfg: ServerConfig,
 }
 
-impl IdemLayerBuilder {
+impl<D> IdemLayerBuilder<D> {
     /// Which requests are writes (deduplicated); the others pass through untouched.
     pub fn writes(mut self, writes: Writes) -> Self {
         self.cfg.writes = writes;
@@ -151,7 +155,7 @@ impl IdemLayerBuilder {
     }
 
     /// The layer.
-    pub fn build(self) -> IdemLayer {
+    pub fn build(self) -> IdemLayer<D> {
         IdemLayer {
             engine: self.engine,
             cfg: Arc::new(self.cfg),

@@ -13,7 +13,7 @@ use http::{Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
 use idem_core::{Code, Deadline, Fingerprint, Reason, Scope, Status};
-use idem_dedup::{DedupError, Engine, OutcomeKind};
+use idem_dedup::{DedupError, Deduplicator, Engine, OutcomeKind};
 use tower::{Service, ServiceExt};
 
 pub(crate) use layer::ServerConfig;
@@ -22,10 +22,11 @@ pub use layer::{IdemLayer, IdemLayerBuilder, DEFAULT_MAX_BODY_BYTES};
 use crate::body::{RequestBody, ResponseBody};
 use crate::protocol::response_status;
 use crate::stored::FailedResponse;
-use crate::{headers, key_from_headers, reject, BoxError, Protocol, StoredResponse};
+use crate::{headers, key_from_headers, reject, BoxError, Deduplicated, Protocol, StoredResponse};
 
 /// The service made by [`IdemLayer`]: runs each write once per (tenant, method, key) and replays
-/// the stored response to every duplicate (SPEC T1).
+/// the stored response to every duplicate (T1), through any [`Deduplicator`] (T5): the in-process
+/// [`Engine`] by default, or a tiered engine over Redis or PostgreSQL.
 ///
 /// For a request that is not a write ([`Writes`](crate::Writes)) it is a pass-through. For a
 /// write, in order:
@@ -45,7 +46,11 @@ use crate::{headers, key_from_headers, reject, BoxError, Protocol, StoredRespons
 ///    never stored.
 ///
 /// Replays and joins carry `idempotent-replayed: true`; every stored response carries
-/// `idempotent-expires-at`. Errors are gRPC statuses on gRPC routes (a trailers-only response
+/// `idempotent-expires-at`. The inner service finds the request's [`Scope`] and the
+/// deduplicator's run context (for a tiered engine, the claim's
+/// [`FencingToken`](idem_dedup::remote::FencingToken); `()` for an [`Engine`]) in the request's
+/// extensions; every deduplicated response carries a [`Deduplicated`] extension saying what was
+/// decided. Errors are gRPC statuses on gRPC routes (a trailers-only response
 /// whose `grpc-message` names the rule) and `application/problem+json` on HTTP routes.
 ///
 /// # Retry at one layer only (SPEC R7)
@@ -59,14 +64,14 @@ use crate::{headers, key_from_headers, reject, BoxError, Protocol, StoredRespons
 /// and stores the response, so the client's retry gets it (SPEC E5). A gRPC `grpc-timeout` bounds
 /// how long a duplicate waits for a run (it then gets `DEADLINE_EXCEEDED`; the run goes on).
 #[derive(Debug, Clone)]
-pub struct IdemService<S> {
+pub struct IdemService<S, D = Engine<StoredResponse>> {
     inner: S,
-    engine: Engine<StoredResponse>,
+    engine: D,
     cfg: Arc<ServerConfig>,
 }
 
-impl<S> IdemService<S> {
-    pub(crate) fn new(inner: S, engine: Engine<StoredResponse>, cfg: Arc<ServerConfig>) -> Self {
+impl<S, D> IdemService<S, D> {
+    pub(crate) fn new(inner: S, engine: D, cfg: Arc<ServerConfig>) -> Self {
         IdemService { inner, engine, cfg }
     }
 
@@ -79,8 +84,9 @@ impl<S> IdemService<S> {
 /// The future of [`IdemService`].
 pub type IdemFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'static>>;
 
-impl<S, B, ResB> Service<Request<B>> for IdemService<S>
+impl<S, D, B, ResB> Service<Request<B>> for IdemService<S, D>
 where
+    D: Deduplicator<Value = StoredResponse>,
     S: Service<Request<RequestBody<B>>, Response = Response<ResB>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Into<BoxError> + Send + 'static,
@@ -106,13 +112,14 @@ where
     }
 }
 
-async fn handle<S, B, ResB>(
+async fn handle<S, D, B, ResB>(
     inner: S,
-    engine: Engine<StoredResponse>,
+    engine: D,
     cfg: Arc<ServerConfig>,
     req: Request<B>,
 ) -> Result<Response<ResponseBody<ResB>>, S::Error>
 where
+    D: Deduplicator<Value = StoredResponse>,
     S: Service<Request<RequestBody<B>>, Response = Response<ResB>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Into<BoxError> + Send + 'static,
@@ -213,9 +220,13 @@ where
         Protocol::Http => None,
     };
 
-    let request = Request::from_parts(parts, Either::Right(Full::new(bytes)));
+    let mut request = Request::from_parts(parts, Either::Right(Full::new(bytes)));
+    request.extensions_mut().insert(scope.clone());
     let store_codes = cfg.store_codes;
-    let action = move || run_once(inner, request, protocol, store_codes);
+    let action = move |context: D::Context| {
+        request.extensions_mut().insert(context);
+        run_once(inner, request, protocol, store_codes)
+    };
     let result = match deadline {
         Some(d) => {
             engine
@@ -224,23 +235,25 @@ where
         }
         None => engine.execute(&scope, fingerprint, action).await,
     };
-    let response = match result {
+    let mut response = match &result {
         Ok(outcome) => outcome.value().to_marked_response(
             outcome.kind() != OutcomeKind::Executed,
             Some(wall_clock(outcome.expires_at())),
         ),
         Err(DedupError::Action { status, outcome }) => {
-            match std::error::Error::source(&status)
-                .and_then(|s| s.downcast_ref::<FailedResponse>())
+            match std::error::Error::source(status).and_then(|s| s.downcast_ref::<FailedResponse>())
             {
                 Some(failed) => failed
                     .0
-                    .to_marked_response(outcome != OutcomeKind::Executed, None),
-                None => reject::render(protocol, &status, None),
+                    .to_marked_response(*outcome != OutcomeKind::Executed, None),
+                None => reject::render(protocol, status, None),
             }
         }
         Err(e) => reject::render(protocol, &e.to_status(), None),
     };
+    response
+        .extensions_mut()
+        .insert(Deduplicated::new(scope, &result));
     Ok(response.map(Either::Right))
 }
 

@@ -1,8 +1,8 @@
-//! How values cross the wire: a small [`Codec`] trait, bytes by default, JSON behind `serde`.
+//! How values cross a shared tier: a small [`Codec`] trait, bytes by default, JSON behind `serde`.
 
 use idem_core::{Code, Status};
 
-/// Turns a value into the bytes stored in Redis and back (SPEC D1).
+/// Turns a value into the bytes a shared tier stores and back (D1).
 ///
 /// The stored bytes are what another instance replays, so a codec must be stable across the
 /// versions of your service that run side by side.
@@ -13,7 +13,7 @@ use idem_core::{Code, Status};
 ///
 /// ```
 /// use idem_core::{Code, Status};
-/// use idem_redis::Codec;
+/// use idem_dedup::Codec;
 ///
 /// #[derive(Debug, Clone, Copy)]
 /// struct OrderIdCodec;
@@ -76,7 +76,7 @@ impl Codec<String> for BytesCodec {
 /// Any `serde` value as JSON (feature `serde`).
 ///
 /// ```
-/// use idem_redis::{Codec, JsonCodec};
+/// use idem_dedup::{Codec, JsonCodec};
 /// let c = JsonCodec;
 /// let bytes = Codec::<(u64, String)>::encode(&c, &(1001, "created".to_string()))?;
 /// assert_eq!(bytes, br#"[1001,"created"]"#);

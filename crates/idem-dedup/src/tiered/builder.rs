@@ -3,23 +3,23 @@
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use idem_dedup::remote::RemoteTier;
-use idem_dedup::{ConfigError, Engine};
-
-use crate::codec::Codec;
-use crate::stats::Counters;
+use crate::codec::{BytesCodec, Codec};
+use crate::remote::{OwnerId, RemoteTier};
+use crate::tiered::stats::Counters;
 use crate::tiered::{Inner, TieredEngine};
+use crate::{ConfigError, Engine};
 
-/// What a call does when Redis fails or does not answer in time (SPEC D3).
+/// What a call does when the shared tier fails or does not answer in time (D3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OnUnavailable {
     /// Refuse the call with `UNAVAILABLE` (retryable); never run an action without a claim. The
     /// default: a duplicate side effect is worse than a retried request.
     #[default]
     FailClosed,
-    /// Run the action without a claim (it gets [`FencingToken::UNFENCED`](idem_dedup::remote::FencingToken::UNFENCED)).
-    /// Duplicates across instances become possible while Redis is down; each such run is counted
-    /// (`idem_redis_calls_total{result="fail_open"}`, [`TierStats::fail_open`](crate::TierStats::fail_open)).
+    /// Run the action without a claim (it gets [`FencingToken::UNFENCED`](crate::remote::FencingToken::UNFENCED)).
+    /// Duplicates across instances become possible while the tier is down; each such run is
+    /// counted (`idem_tier_calls_total{result="fail_open"}`,
+    /// [`TierStats::fail_open`](crate::tiered::TierStats::fail_open)).
     /// Only for side effects where availability matters more than effectively-once.
     FailOpen,
 }
@@ -32,16 +32,18 @@ pub(crate) struct TierConfig {
     pub(crate) poll_first: Duration,
     pub(crate) poll_max: Duration,
     pub(crate) on_unavailable: OnUnavailable,
+    /// Names this engine's claims (see the `remote` module's docs on owners and orphans).
+    pub(crate) owner: OwnerId,
 }
 
 /// Builds a [`TieredEngine`].
 ///
 /// # Default
 ///
-/// | setting | default | SPEC |
+/// | setting | default | |
 /// |---|---|---|
 /// | [`lease`](Self::lease) | 30 s: a claim lapses this long after it was taken unless completed | D1, D2 |
-/// | [`ttl`](Self::ttl) | 24 h: results live this long in Redis, counted from completion | D1, E2 |
+/// | [`ttl`](Self::ttl) | 24 h: results live this long in the tier, counted from completion | D1, E2 |
 /// | [`local_ttl`](Self::local_ttl) | the `ttl`: how long this instance keeps its copy | E2 |
 /// | [`max_wait`](Self::max_wait) | 30 s: longest wait for another instance's run | D2 |
 /// | [`poll_interval`](Self::poll_interval) | 10 ms doubling to 250 ms: the polling fallback of waits | D2 |
@@ -49,16 +51,18 @@ pub(crate) struct TierConfig {
 /// | [`local_shards`](Self::local_shards) | available parallelism | E8 |
 /// | [`max_local_entries`](Self::max_local_entries) | 1,000,000 | E7 |
 /// | [`local_in_flight_timeout`](Self::local_in_flight_timeout) | `max_wait` + `lease` + 5 s | E6 |
-/// | [`codec`](Self::codec) | [`BytesCodec`](crate::BytesCodec) (`Vec<u8>`, `String`) | D1 |
+/// | [`codec`](Self::codec) | [`BytesCodec`] (`Vec<u8>`, `String`; `idem-tower` adds its stored responses) | D1 |
+///
+/// When the local engine is full, calls go to the tier directly rather than being refused (D6):
+/// the tier arbitrates them, without local coalescing or a local copy.
 ///
 /// ```no_run
-/// # #[tokio::main]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// use idem_redis::{OnUnavailable, RedisTier, TieredEngine};
+/// # async fn demo(tier: impl idem_dedup::remote::RemoteTier) -> Result<(), Box<dyn std::error::Error>> {
+/// use idem_dedup::tiered::{OnUnavailable, TieredEngine};
 /// use std::time::Duration;
 ///
-/// let tier = RedisTier::builder().connect("redis://127.0.0.1:6379/").await?;
-/// let engine = TieredEngine::<Vec<u8>>::builder(tier)
+/// // `tier`: a RedisTier (idem-redis), a PgTier (idem-postgres), or your own RemoteTier.
+/// let engine = TieredEngine::<Vec<u8>, _>::builder(tier)
 ///     .lease(Duration::from_secs(10))
 ///     .ttl(Duration::from_secs(3600))
 ///     .max_wait(Duration::from_secs(5))
@@ -78,11 +82,11 @@ pub struct TieredBuilder<V, R, C> {
     _v: PhantomData<fn() -> V>,
 }
 
-impl<V, R: RemoteTier> TieredBuilder<V, R, crate::BytesCodec> {
+impl<V, R: RemoteTier> TieredBuilder<V, R, BytesCodec> {
     pub(crate) fn new(remote: R) -> Self {
         TieredBuilder {
             remote,
-            codec: crate::BytesCodec,
+            codec: BytesCodec,
             cfg: TierConfig {
                 lease: Duration::from_secs(30),
                 ttl: Duration::from_secs(24 * 3600),
@@ -90,6 +94,7 @@ impl<V, R: RemoteTier> TieredBuilder<V, R, crate::BytesCodec> {
                 poll_first: Duration::from_millis(10),
                 poll_max: Duration::from_millis(250),
                 on_unavailable: OnUnavailable::FailClosed,
+                owner: OwnerId::random(),
             },
             local_ttl: None,
             local_shards: None,
@@ -101,7 +106,7 @@ impl<V, R: RemoteTier> TieredBuilder<V, R, crate::BytesCodec> {
 }
 
 impl<V, R, C> TieredBuilder<V, R, C> {
-    /// The codec that turns values into stored bytes. Default: [`BytesCodec`](crate::BytesCodec).
+    /// The codec that turns values into stored bytes. Default: [`BytesCodec`].
     pub fn codec<C2>(self, codec: C2) -> TieredBuilder<V, R, C2> {
         TieredBuilder {
             remote: self.remote,
@@ -115,21 +120,25 @@ impl<V, R, C> TieredBuilder<V, R, C> {
         }
     }
 
-    /// How long a claim holds before another instance may take over (Redis `PX`). Make it longer
-    /// than your slowest action: a holder that passes it is fenced out (SPEC D1). Default: 30 s.
+    /// How long a claim holds before another instance may take over. Make it longer than your
+    /// slowest action (give the action a timeout below it): once it lapses, another instance may
+    /// run the action again; a holder that completes after another claimed is fenced out (D1).
+    /// A holder that completes late while nobody else claimed is still recorded. Default: 30 s.
     pub const fn lease(mut self, d: Duration) -> Self {
         self.cfg.lease = d;
         self
     }
 
-    /// How long results live in Redis, counted from completion (SPEC D1, E2). Default: 24 h.
+    /// How long results live in the tier, counted from completion (D1, E2). Default: 24 h.
     pub const fn ttl(mut self, d: Duration) -> Self {
         self.cfg.ttl = d;
         self
     }
 
-    /// How long this instance keeps its own copy of a result (replayed without a Redis call).
-    /// A copy of another instance's result may outlive the Redis record by up to this much.
+    /// How long this instance keeps its own copy of a result (replayed without a tier call; D6:
+    /// the local engine is a cache in front of the tier, so this may be much shorter than the
+    /// `ttl` to bound memory).
+    /// A copy of another instance's result may outlive the tier's record by up to this much.
     /// Default: the [`ttl`](Self::ttl).
     pub const fn local_ttl(mut self, d: Duration) -> Self {
         self.local_ttl = Some(d);
@@ -138,7 +147,7 @@ impl<V, R, C> TieredBuilder<V, R, C> {
 
     /// The longest this instance waits for another instance's run before answering
     /// `UNAVAILABLE` / `REQUEST_IN_FLIGHT` with a retry-after hint; a caller's own deadline cuts
-    /// its wait shorter (SPEC D2). Default: 30 s.
+    /// its wait shorter (D2). Default: 30 s.
     pub const fn max_wait(mut self, d: Duration) -> Self {
         self.cfg.max_wait = d;
         self
@@ -153,25 +162,26 @@ impl<V, R, C> TieredBuilder<V, R, C> {
         self
     }
 
-    /// Fail closed (default) or open when Redis is unreachable or slow (SPEC D3).
+    /// Fail closed (default) or open when the tier is unreachable or slow (D3).
     pub const fn on_unavailable(mut self, p: OnUnavailable) -> Self {
         self.cfg.on_unavailable = p;
         self
     }
 
-    /// Shards of the local engine (SPEC E8). Default: available parallelism.
+    /// Shards of the local engine (E8). Default: available parallelism.
     pub const fn local_shards(mut self, n: usize) -> Self {
         self.local_shards = Some(n);
         self
     }
 
-    /// Cap on the local engine's entries (SPEC E7). Default: 1,000,000.
+    /// Cap on the local engine's entries (E7). When it is full, calls go to the tier directly
+    /// instead of being refused (D6). Default: 1,000,000.
     pub const fn max_local_entries(mut self, n: usize) -> Self {
         self.max_local_entries = n;
         self
     }
 
-    /// The local engine's in-flight lease (SPEC E6), which bounds a whole local run: waiting for
+    /// The local engine's in-flight lease (E6), which bounds a whole local run: waiting for
     /// another instance, then the action. Default: `max_wait` + `lease` + 5 s.
     pub const fn local_in_flight_timeout(mut self, d: Duration) -> Self {
         self.local_in_flight_timeout = Some(d);
@@ -185,7 +195,8 @@ where
     R: RemoteTier,
     C: Codec<V>,
 {
-    /// Validates the settings and starts the local engine on the current tokio runtime.
+    /// Validates the settings and starts the local engine on the current tokio runtime. Each
+    /// build gets its own random [`OwnerId`].
     ///
     /// # Errors
     ///
@@ -218,6 +229,7 @@ where
             codec: self.codec,
             cfg: self.cfg,
             counters: Counters::default(),
+            unrecorded: Default::default(),
         }))
     }
 }

@@ -1,0 +1,204 @@
+//! [`Deduplicator`]: what the in-process [`Engine`] and the [`TieredEngine`] have in common, so
+//! servers (the tower layer in `idem-tower`) run over either (T5).
+
+use std::future::Future;
+
+use idem_core::{Deadline, Fingerprint, Scope, Status};
+
+use crate::remote::{FencingToken, RemoteTier};
+use crate::tiered::TieredEngine;
+use crate::{Codec, DedupError, Engine, EntryInfo, Outcome, Stats};
+
+/// Runs each scope's action once and gives its result to every duplicate: the interface of the
+/// in-process [`Engine`] and of the [`TieredEngine`] (a local engine in front of a shared tier),
+/// so code written against it — a server layer, a job runner — works over either (T5).
+///
+/// The action gets a [`Context`](Self::Context): `()` from an [`Engine`], the claim's
+/// [`FencingToken`] from a [`TieredEngine`]; a tier with a transactional mode hands its
+/// transaction. A server puts it where the handler finds it (the tower layer adds it to the
+/// request's extensions).
+///
+/// # Examples
+///
+/// One function, two deduplicators:
+///
+/// ```
+/// use idem_core::{Fingerprint, Scope, Status};
+/// use idem_dedup::{Deduplicator, Engine, OutcomeKind};
+///
+/// async fn create_order<D: Deduplicator<Value = u64>>(d: &D, scope: &Scope) -> Result<u64, Status> {
+///     let out = d
+///         .execute(scope, Fingerprint::of(b"sku=42"), |_ctx| async { Ok(1001) })
+///         .await?;
+///     Ok(*out.value())
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let engine = Engine::<u64>::builder().build()?;
+/// let scope = Scope::parse("tenant-1", "/shop/CreateOrder", "order-0001")?;
+/// assert_eq!(create_order(&engine, &scope).await?, 1001);
+/// assert_eq!(create_order(&engine, &scope).await?, 1001); // replayed
+/// assert_eq!(engine.stats().outcomes.executed, 1);
+/// # Ok(()) }
+/// ```
+pub trait Deduplicator: Clone + Send + Sync + 'static {
+    /// The stored value.
+    type Value: Clone + Send + Sync + 'static;
+    /// What the action is given when it runs.
+    type Context: Clone + Send + Sync + 'static;
+
+    /// Runs `action` once for `scope`, or shares the run or stored result of an earlier call with
+    /// the same `fingerprint` (E1, K4).
+    ///
+    /// # Errors
+    ///
+    /// [`DedupError`]: conflict, the action's error, panic, full, in flight (Reject policy),
+    /// lease expired, shutting down, and a shared tier's failures as [`DedupError::Action`].
+    fn execute<F, Fut>(
+        &self,
+        scope: &Scope,
+        fingerprint: Fingerprint,
+        action: F,
+    ) -> impl Future<Output = Result<Outcome<Self::Value>, DedupError>> + Send
+    where
+        F: FnOnce(Self::Context) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Self::Value, Status>> + Send + 'static;
+
+    /// As [`execute`](Self::execute), but this caller stops waiting at `deadline` with
+    /// [`DedupError::DeadlineExceeded`] (E5); the run goes on and its result is stored.
+    ///
+    /// # Errors
+    ///
+    /// As [`execute`](Self::execute), plus [`DedupError::DeadlineExceeded`].
+    fn execute_with_deadline<F, Fut>(
+        &self,
+        scope: &Scope,
+        fingerprint: Fingerprint,
+        deadline: Deadline,
+        action: F,
+    ) -> impl Future<Output = Result<Outcome<Self::Value>, DedupError>> + Send
+    where
+        F: FnOnce(Self::Context) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Self::Value, Status>> + Send + 'static;
+
+    /// What is held for `scope`: in flight or completed, its age and time to expiry (E13).
+    ///
+    /// # Errors
+    ///
+    /// [`DedupError::ShuttingDown`], or a shared tier's failure.
+    fn lookup(
+        &self,
+        scope: &Scope,
+    ) -> impl Future<Output = Result<Option<EntryInfo>, DedupError>> + Send;
+
+    /// Removes whatever is held for `scope`, here and in a shared tier; returns whether there was
+    /// anything (E3, E13). The next call runs the action again.
+    ///
+    /// # Errors
+    ///
+    /// [`DedupError::ShuttingDown`], or a shared tier's failure.
+    fn forget(&self, scope: &Scope) -> impl Future<Output = Result<bool, DedupError>> + Send;
+
+    /// The (local) engine's counts, read without a message (E9).
+    fn stats(&self) -> Stats;
+}
+
+impl<V: Clone + Send + Sync + 'static> Deduplicator for Engine<V> {
+    type Value = V;
+    type Context = ();
+
+    fn execute<F, Fut>(
+        &self,
+        scope: &Scope,
+        fingerprint: Fingerprint,
+        action: F,
+    ) -> impl Future<Output = Result<Outcome<V>, DedupError>> + Send
+    where
+        F: FnOnce(()) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<V, Status>> + Send + 'static,
+    {
+        Engine::execute(self, scope, fingerprint, move || action(()))
+    }
+
+    fn execute_with_deadline<F, Fut>(
+        &self,
+        scope: &Scope,
+        fingerprint: Fingerprint,
+        deadline: Deadline,
+        action: F,
+    ) -> impl Future<Output = Result<Outcome<V>, DedupError>> + Send
+    where
+        F: FnOnce(()) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<V, Status>> + Send + 'static,
+    {
+        Engine::execute_with_deadline(self, scope, fingerprint, deadline, move || action(()))
+    }
+
+    fn lookup(
+        &self,
+        scope: &Scope,
+    ) -> impl Future<Output = Result<Option<EntryInfo>, DedupError>> + Send {
+        Engine::lookup(self, scope)
+    }
+
+    fn forget(&self, scope: &Scope) -> impl Future<Output = Result<bool, DedupError>> + Send {
+        Engine::forget(self, scope)
+    }
+
+    fn stats(&self) -> Stats {
+        Engine::stats(self)
+    }
+}
+
+impl<V, R, C> Deduplicator for TieredEngine<V, R, C>
+where
+    V: Clone + Send + Sync + 'static,
+    R: RemoteTier,
+    C: Codec<V>,
+{
+    type Value = V;
+    type Context = FencingToken;
+
+    fn execute<F, Fut>(
+        &self,
+        scope: &Scope,
+        fingerprint: Fingerprint,
+        action: F,
+    ) -> impl Future<Output = Result<Outcome<V>, DedupError>> + Send
+    where
+        F: FnOnce(FencingToken) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<V, Status>> + Send + 'static,
+    {
+        TieredEngine::execute(self, scope, fingerprint, action)
+    }
+
+    fn execute_with_deadline<F, Fut>(
+        &self,
+        scope: &Scope,
+        fingerprint: Fingerprint,
+        deadline: Deadline,
+        action: F,
+    ) -> impl Future<Output = Result<Outcome<V>, DedupError>> + Send
+    where
+        F: FnOnce(FencingToken) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<V, Status>> + Send + 'static,
+    {
+        TieredEngine::execute_with_deadline(self, scope, fingerprint, deadline, action)
+    }
+
+    fn lookup(
+        &self,
+        scope: &Scope,
+    ) -> impl Future<Output = Result<Option<EntryInfo>, DedupError>> + Send {
+        TieredEngine::lookup(self, scope)
+    }
+
+    fn forget(&self, scope: &Scope) -> impl Future<Output = Result<bool, DedupError>> + Send {
+        TieredEngine::forget(self, scope)
+    }
+
+    fn stats(&self) -> Stats {
+        TieredEngine::local_stats(self)
+    }
+}

@@ -1,0 +1,506 @@
+//! [`TieredEngine`]: the local engine in front, a [`RemoteTier`] behind it (D1–D6).
+//!
+//! One engine deduplicates the callers of one process. Behind a load balancer a client's retry
+//! can land on another instance; a tiered engine puts a shared record (Redis in `idem-redis`,
+//! PostgreSQL in `idem-postgres`, or any [`RemoteTier`]) behind each instance's engine:
+//!
+//! - **Local first.** The local [`Engine`] coalesces an instance's callers (one claim per scope
+//!   per instance) and replays results it holds without a tier round trip.
+//! - **Claim, lease, fencing.** The local leader claims the scope in the tier (a lease and a
+//!   [`FencingToken`]), runs the action with the token, and completes (or releases after a
+//!   failure). A holder that completes after another claimed is fenced out (`ABORTED` /
+//!   `FENCED_OUT`) and never overwrites the new holder's result.
+//! - **Cross-instance joins.** An instance that meets another's claim waits for the tier's notice
+//!   (bounded polling as a fallback, never a busy loop), then gets the result, or — if the holder
+//!   died — the claim, after its lease.
+//! - **Fail closed.** Tier down or slow: `UNAVAILABLE`, retryable, and no action runs without a
+//!   claim ([`OnUnavailable::FailOpen`] is an opt-in, counted).
+//! - **Faults of its own making are repaired.** A completion that fails is retried in the
+//!   background while the claim is still this run's, and the caller's [`Outcome::is_recorded`]
+//!   says whether it was written; failed releases are retried; a claim whose reply was lost is
+//!   taken back by its owner at once (see the [`remote`](crate::remote) docs on owners).
+//! - **The local engine is a cache (D6).** It may drop results before the tier does (its own TTL
+//!   and capacity); when it is full, calls go to the tier directly instead of being refused.
+//!
+//! # Examples
+//!
+//! Two instances (two engines) over one shared record; here the record is the in-memory tier of
+//! the [`remote`](crate::remote) module's example, reduced to what this needs:
+//!
+//! ```
+//! # use idem_core::{Fingerprint, Scope, Status};
+//! # use idem_dedup::remote::*;
+//! # use std::collections::HashMap;
+//! # use std::future::{ready, Future};
+//! # use std::sync::{Arc, Mutex};
+//! # use std::time::Duration;
+//! # #[derive(Default, Clone)]
+//! # struct Shared(Arc<Mutex<HashMap<Scope, Option<Vec<u8>>>>>);
+//! # impl RemoteTier for Shared {
+//! #     fn claim(&self, s: &Scope, _: Fingerprint, _: Duration, _: OwnerId) -> impl Future<Output = Result<ClaimOutcome, Status>> + Send {
+//! #         let mut m = self.0.lock().unwrap();
+//! #         ready(Ok(match m.get(s) {
+//! #             Some(Some(v)) => ClaimOutcome::Completed(v.clone()),
+//! #             Some(None) => ClaimOutcome::InFlightElsewhere { holder: FencingToken::new(1), lease_left: Duration::from_millis(5) },
+//! #             None => { m.insert(s.clone(), None); ClaimOutcome::Claimed { token: FencingToken::new(1), reclaimed: false } }
+//! #         }))
+//! #     }
+//! #     fn complete(&self, c: Claim<'_>, v: Vec<u8>, _: Duration) -> impl Future<Output = Result<Commit, Status>> + Send {
+//! #         self.0.lock().unwrap().insert(c.scope.clone(), Some(v));
+//! #         ready(Ok(Commit::Committed))
+//! #     }
+//! #     fn release(&self, c: Claim<'_>) -> impl Future<Output = Result<Commit, Status>> + Send {
+//! #         self.0.lock().unwrap().remove(c.scope);
+//! #         ready(Ok(Commit::Committed))
+//! #     }
+//! #     fn wait(&self, _: &Scope, _: FencingToken, _: Duration) -> impl Future<Output = Result<(), Status>> + Send { ready(Ok(())) }
+//! #     fn lookup(&self, _: &Scope) -> impl Future<Output = Result<Option<RemoteRecord>, Status>> + Send { ready(Ok(None)) }
+//! #     fn forget(&self, s: &Scope) -> impl Future<Output = Result<bool, Status>> + Send { ready(Ok(self.0.lock().unwrap().remove(s).is_some())) }
+//! # }
+//! use idem_dedup::tiered::TieredEngine;
+//! use idem_dedup::{OutcomeKind, Source};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let record = Shared::default(); // what both instances reach
+//! let a = TieredEngine::<String, _>::builder(record.clone()).build()?;
+//! let b = TieredEngine::<String, _>::builder(record).build()?;
+//! let scope = Scope::parse("tenant-1", "/shop/CreateOrder", "order-0001")?;
+//! let fp = Fingerprint::of(b"qty=1");
+//!
+//! let on_a = a.execute(&scope, fp, |token| async move { Ok(format!("order-1001 ({token})")) }).await?;
+//! let on_b = b.execute(&scope, fp, |_| async { Ok::<_, Status>("order-1002".into()) }).await?;
+//! assert_eq!((on_a.kind(), on_a.source()), (OutcomeKind::Executed, Source::ThisInstance));
+//! assert_eq!((on_b.kind(), on_b.source()), (OutcomeKind::Replayed, Source::OtherInstance));
+//! assert_eq!(on_b.value(), "order-1001 (1)"); // one order, seen by both instances
+//! # Ok(()) }
+//! ```
+
+mod builder;
+mod run;
+mod stats;
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_core::{Deadline, Fingerprint, Scope, Status};
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+pub use builder::{OnUnavailable, TieredBuilder};
+pub use stats::TierStats;
+
+use crate::codec::{BytesCodec, Codec};
+use crate::remote::{FencingToken, OwnerId, RecordState, RemoteTier};
+use crate::{
+    DedupError, Engine, EntryInfo, EntryState, Outcome, OutcomeKind, ShutdownReport, Source, Stats,
+};
+use builder::TierConfig;
+use stats::{Counters, Event};
+
+/// How the local engine's copy of a value came to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Via {
+    /// This instance ran the action under a claim.
+    Ran,
+    /// Another instance's stored result, found at the first claim.
+    RemoteReplay,
+    /// Another instance's result, after waiting for its run.
+    RemoteJoin,
+    /// Ran without a claim (fail-open).
+    FailOpen,
+    /// An earlier run of this instance whose completion is still being written.
+    Retained,
+}
+
+/// What the local engine stores for a scope: the value and where it came from.
+#[derive(Debug, Clone)]
+pub(crate) struct Stored<V> {
+    value: V,
+    via: Via,
+    token: FencingToken,
+    recorded: bool,
+}
+
+/// Results of this engine whose completion could not be written yet, by scope.
+pub(crate) struct Unrecorded<V> {
+    map: Mutex<std::collections::HashMap<Scope, Stored<V>>>,
+    /// How many there are: read without the lock, so the common case (none) costs one load.
+    len: AtomicUsize,
+}
+
+impl<V> Default for Unrecorded<V> {
+    fn default() -> Self {
+        Unrecorded {
+            map: Mutex::new(std::collections::HashMap::new()),
+            len: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl<V: Clone> Unrecorded<V> {
+    pub(crate) fn get(&self, scope: &Scope) -> Option<Stored<V>> {
+        if self.len.load(Relaxed) == 0 {
+            return None;
+        }
+        self.map.lock().get(scope).cloned()
+    }
+
+    pub(crate) fn insert(&self, scope: Scope, stored: Stored<V>) {
+        let mut map = self.map.lock();
+        map.insert(scope, stored);
+        self.len.store(map.len(), Relaxed);
+    }
+
+    pub(crate) fn remove(&self, scope: &Scope) {
+        let mut map = self.map.lock();
+        map.remove(scope);
+        self.len.store(map.len(), Relaxed);
+    }
+}
+
+pub(crate) struct Inner<V, R, C> {
+    pub(crate) local: Engine<Stored<V>>,
+    pub(crate) remote: R,
+    pub(crate) codec: C,
+    pub(crate) cfg: TierConfig,
+    pub(crate) counters: Counters,
+    pub(crate) unrecorded: Unrecorded<V>,
+}
+
+/// Deduplication across instances: each instance's [`Engine`] coalesces its own callers, and a
+/// [`RemoteTier`] arbitrates between instances (D1–D6); see the [module docs](self).
+///
+/// A call goes to the local engine first. A local duplicate joins or replays there without any
+/// tier call; the local leader goes to the tier: it claims the scope (and runs the action with
+/// the claim's [`FencingToken`]), or gets another instance's stored result, or waits for another
+/// instance's run, or gets a conflict. So the tier sees at most one claim per scope per instance
+/// at a time, and replays of results this instance already holds cost no round trip.
+///
+/// Cheap to clone: clones share the engine. It implements [`Deduplicator`](crate::Deduplicator),
+/// so the tower layer runs over it as over an [`Engine`].
+///
+/// # Concurrent calls with the same scope
+///
+/// Of N concurrent calls spread over any number of instances, exactly one runs the action
+/// ([`OutcomeKind::Executed`], [`Source::ThisInstance`]); the others get a clone of its value:
+/// `Joined` if they waited for the run, `Replayed` if it was stored before they asked, with
+/// [`Source::OtherInstance`] when the value came through the tier. Another fingerprint under the
+/// same scope gets `FAILED_PRECONDITION` on every instance.
+///
+/// # Errors
+///
+/// [`DedupError`], whose [`code`](DedupError::code) maps to gRPC and HTTP. The tier adds, as
+/// [`DedupError::Action`] statuses:
+///
+/// | code | reason | when |
+/// |---|---|---|
+/// | `UNAVAILABLE` | `UPSTREAM_UNAVAILABLE` | the tier failed or passed its time limit (fail-closed); nothing ran |
+/// | `FAILED_PRECONDITION` | `IDEMPOTENCY_CONFLICT` | another instance holds or stored the scope with another fingerprint |
+/// | `ABORTED` | `FENCED_OUT` | the action ran, its lease lapsed and another run claimed the scope; this result was not stored |
+/// | `UNAVAILABLE` | `REQUEST_IN_FLIGHT` | another instance still held the scope after `max_wait` (retry-after hint) |
+///
+/// # Cancellation safety
+///
+/// As [`Engine::execute`]: a dropped call never leaves half a side effect; the run (claim, action,
+/// completion) continues in a task and its result is stored for the retry.
+pub struct TieredEngine<V, R, C = BytesCodec> {
+    inner: Arc<Inner<V, R, C>>,
+}
+
+impl<V, R, C> Clone for TieredEngine<V, R, C> {
+    fn clone(&self) -> Self {
+        TieredEngine {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<V, R: fmt::Debug, C: fmt::Debug> fmt::Debug for TieredEngine<V, R, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TieredEngine")
+            .field("local", &self.inner.local)
+            .field("remote", &self.inner.remote)
+            .field("codec", &self.inner.codec)
+            .field("config", &self.inner.cfg)
+            .finish()
+    }
+}
+
+impl<V, R> TieredEngine<V, R, BytesCodec>
+where
+    V: Clone + Send + Sync + 'static,
+    R: RemoteTier,
+{
+    /// A builder over `remote`, with every default (see [`TieredBuilder`]). Name the value type
+    /// with `TieredEngine::<V, _>::builder(tier)`, or let it be inferred.
+    pub fn builder(remote: R) -> TieredBuilder<V, R, BytesCodec> {
+        TieredBuilder::new(remote)
+    }
+}
+
+impl<V, R, C> TieredEngine<V, R, C>
+where
+    V: Clone + Send + Sync + 'static,
+    R: RemoteTier,
+    C: Codec<V>,
+{
+    pub(crate) fn from_parts(inner: Inner<V, R, C>) -> Self {
+        TieredEngine {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// Runs `action` once for `scope` across every instance that shares the tier, or shares the
+    /// run or stored result of an earlier call (D1, E1). The action gets the claim's
+    /// [`FencingToken`]; pass it to the store that takes the side effect.
+    ///
+    /// # Errors
+    ///
+    /// See the type docs.
+    pub async fn execute<F, Fut>(
+        &self,
+        scope: &Scope,
+        fingerprint: Fingerprint,
+        action: F,
+    ) -> Result<Outcome<V>, DedupError>
+    where
+        F: FnOnce(FencingToken) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<V, Status>> + Send + 'static,
+    {
+        self.call(scope, fingerprint, None, action).await
+    }
+
+    /// As [`execute`](Self::execute), but this caller stops waiting at `deadline` with
+    /// [`DedupError::DeadlineExceeded`] (D2, E5); the run or the wait for another instance
+    /// goes on, and its result is kept here for the retry.
+    ///
+    /// # Errors
+    ///
+    /// As [`execute`](Self::execute), plus [`DedupError::DeadlineExceeded`].
+    pub async fn execute_with_deadline<F, Fut>(
+        &self,
+        scope: &Scope,
+        fingerprint: Fingerprint,
+        deadline: Deadline,
+        action: F,
+    ) -> Result<Outcome<V>, DedupError>
+    where
+        F: FnOnce(FencingToken) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<V, Status>> + Send + 'static,
+    {
+        self.call(scope, fingerprint, Some(deadline), action).await
+    }
+
+    async fn call<F, Fut>(
+        &self,
+        scope: &Scope,
+        fingerprint: Fingerprint,
+        deadline: Option<Deadline>,
+        action: F,
+    ) -> Result<Outcome<V>, DedupError>
+    where
+        F: FnOnce(FencingToken) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<V, Status>> + Send + 'static,
+    {
+        // The action is kept where this call can take it back if the local engine refuses the
+        // scope for lack of room (D6): the tier then arbitrates the call alone.
+        let slot = Arc::new(Mutex::new(Some(action)));
+        let inner = self.inner.clone();
+        let owned = scope.clone();
+        let taken = slot.clone();
+        let owner = inner.cfg.owner;
+        let run = move || {
+            let action = taken.lock().take();
+            run::remote_run(inner, owned, fingerprint, action, owner)
+        };
+        let local = &self.inner.local;
+        let result = match deadline {
+            None => local.execute(scope, fingerprint, run).await,
+            Some(d) => {
+                local
+                    .execute_with_deadline(scope, fingerprint, d, run)
+                    .await
+            }
+        };
+        let out = match result {
+            Ok(out) => out,
+            Err(DedupError::Overloaded { .. }) if slot.lock().is_some() => {
+                let action = slot.lock().take();
+                return self.bypass(scope, fingerprint, deadline, action).await;
+            }
+            Err(e) => return Err(e),
+        };
+        let (kind, expires_at) = (out.kind(), out.expires_at());
+        Ok(self.outcome(out.into_value(), kind, expires_at))
+    }
+
+    /// A call the full local engine could not take: straight to the tier, under an owner of its
+    /// own (so it is never mistaken for an orphan of the local leaders), in a task of its own (so
+    /// it runs to completion if this caller goes, E5).
+    async fn bypass<F, Fut>(
+        &self,
+        scope: &Scope,
+        fingerprint: Fingerprint,
+        deadline: Option<Deadline>,
+        action: Option<F>,
+    ) -> Result<Outcome<V>, DedupError>
+    where
+        F: FnOnce(FencingToken) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<V, Status>> + Send + 'static,
+    {
+        self.inner.counters.bump(Event::LocalFull);
+        let run = run::remote_run(
+            self.inner.clone(),
+            scope.clone(),
+            fingerprint,
+            action,
+            OwnerId::random(),
+        );
+        let task = tokio::spawn(run);
+        let joined = match deadline {
+            None => task.await,
+            Some(d) => match tokio::time::timeout_at(d.instant(), task).await {
+                Ok(joined) => joined,
+                Err(_) => return Err(DedupError::DeadlineExceeded),
+            },
+        };
+        let stored = match joined {
+            Ok(Ok(stored)) => stored,
+            Ok(Err(status)) => {
+                return Err(DedupError::Action {
+                    status,
+                    outcome: OutcomeKind::Executed,
+                })
+            }
+            Err(e) => {
+                let message = match e.try_into_panic() {
+                    Ok(p) => crate::run::panic_message(&*p),
+                    Err(_) => "the run's task was cancelled".to_owned(),
+                };
+                return Err(DedupError::Panicked { message });
+            }
+        };
+        let expires_at = Instant::now() + self.inner.cfg.ttl;
+        Ok(self.outcome(stored, OutcomeKind::Executed, expires_at))
+    }
+
+    /// The caller's view of a stored value: what kind of answer, and from where.
+    fn outcome(&self, stored: Stored<V>, kind: OutcomeKind, expires_at: Instant) -> Outcome<V> {
+        let (kind, source, token) = match (kind, stored.via) {
+            (kind, Via::Ran) => (kind, Source::ThisInstance, Some(stored.token)),
+            (OutcomeKind::Executed, Via::Retained) => (
+                OutcomeKind::Replayed,
+                Source::ThisInstance,
+                Some(stored.token),
+            ),
+            (kind, Via::Retained) => (kind, Source::ThisInstance, Some(stored.token)),
+            (OutcomeKind::Executed, Via::RemoteReplay) => {
+                (OutcomeKind::Replayed, Source::OtherInstance, None)
+            }
+            (OutcomeKind::Executed, Via::RemoteJoin) => {
+                (OutcomeKind::Joined, Source::OtherInstance, None)
+            }
+            (kind, Via::RemoteReplay | Via::RemoteJoin) => (kind, Source::OtherInstance, None),
+            (kind, Via::FailOpen) => (kind, Source::FailOpen, None),
+        };
+        Outcome::tiered(
+            stored.value,
+            kind,
+            expires_at,
+            source,
+            token,
+            stored.recorded,
+        )
+    }
+
+    /// Looks a scope up (E13): the local engine's entry if it holds one, else the tier's record.
+    ///
+    /// # Errors
+    ///
+    /// [`DedupError::ShuttingDown`], or the tier's failure as [`DedupError::Action`].
+    pub async fn lookup(&self, scope: &Scope) -> Result<Option<EntryInfo>, DedupError> {
+        if let Some(info) = self.inner.local.lookup(scope).await? {
+            return Ok(Some(info));
+        }
+        let record = self
+            .inner
+            .remote
+            .lookup(scope)
+            .await
+            .map_err(action_error)?;
+        let cfg = &self.inner.cfg;
+        Ok(record.map(|r| {
+            let (state, full) = match r.state {
+                RecordState::InFlight { .. } => (EntryState::InFlight { waiters: 0 }, cfg.lease),
+                RecordState::Completed => (EntryState::Completed, cfg.ttl),
+            };
+            EntryInfo {
+                state,
+                age: r
+                    .expires_in
+                    .map_or(Duration::ZERO, |left| full.saturating_sub(left)),
+                expires_in: match r.state {
+                    RecordState::InFlight { .. } => None,
+                    RecordState::Completed => r.expires_in,
+                },
+            }
+        }))
+    }
+
+    /// Removes whatever this instance and the tier hold for `scope`; returns whether there was
+    /// anything (E3, E13). The next call, on any instance, runs the action again (other
+    /// instances' local copies live on until their local TTL).
+    ///
+    /// # Errors
+    ///
+    /// [`DedupError::ShuttingDown`], or the tier's failure as [`DedupError::Action`].
+    pub async fn forget(&self, scope: &Scope) -> Result<bool, DedupError> {
+        let here = self.inner.local.forget(scope).await?;
+        self.inner.unrecorded.remove(scope);
+        let there = self
+            .inner
+            .remote
+            .forget(scope)
+            .await
+            .map_err(action_error)?;
+        Ok(here || there)
+    }
+
+    /// What the tier's claim loop did (lock-free counters). Also reported to the `metrics` facade
+    /// (see [`metrics`](crate::metrics)).
+    pub fn stats(&self) -> TierStats {
+        self.inner.counters.snapshot()
+    }
+
+    /// The local engine's counts (E9).
+    pub fn local_stats(&self) -> Stats {
+        self.inner.local.stats()
+    }
+
+    /// The remote tier.
+    pub fn remote(&self) -> &R {
+        &self.inner.remote
+    }
+
+    /// The id that names this engine's claims in the tier.
+    pub fn owner(&self) -> OwnerId {
+        self.inner.cfg.owner
+    }
+
+    /// Shuts the local engine down (E10); records already in the tier are untouched, and
+    /// claims of runs that do not finish lapse with their leases.
+    pub async fn shutdown(&self, grace: Duration) -> ShutdownReport {
+        self.inner.local.shutdown(grace).await
+    }
+}
+
+fn action_error(status: Status) -> DedupError {
+    DedupError::Action {
+        status,
+        outcome: OutcomeKind::Executed,
+    }
+}

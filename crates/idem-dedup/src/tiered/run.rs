@@ -1,0 +1,345 @@
+//! The local leader's run against the tier: claim, then run / replay / wait / refuse; complete or
+//! release, and repair what failed (D1–D5).
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use idem_core::{Code, Fingerprint, Reason, Scope, Status};
+use tokio::time::Instant;
+
+use super::builder::OnUnavailable;
+use super::stats::Event;
+use super::{Inner, Stored, Via};
+use crate::codec::Codec;
+use crate::remote::{Claim, ClaimOutcome, Commit, FencingToken, OwnerId, RemoteTier};
+
+/// The local leader's run: claim, then run / replay / wait / refuse.
+pub(crate) async fn remote_run<V, R, C, F, Fut>(
+    inner: Arc<Inner<V, R, C>>,
+    scope: Scope,
+    fp: Fingerprint,
+    action: Option<F>,
+    owner: OwnerId,
+) -> Result<Stored<V>, Status>
+where
+    V: Clone + Send + Sync + 'static,
+    R: RemoteTier,
+    C: Codec<V>,
+    F: FnOnce(FencingToken) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<V, Status>> + Send + 'static,
+{
+    let Some(action) = action else {
+        return Err(Status::new(
+            Code::Internal,
+            "the action of this call was already taken by another run",
+        ));
+    };
+    let cfg = &inner.cfg;
+    let give_up = Instant::now() + cfg.max_wait;
+    let mut poll = cfg.poll_first;
+    let mut waited = false;
+    loop {
+        // A result of this instance whose completion is still being written is the answer: the
+        // side effect happened, and the record shows it as still held.
+        if let Some(kept) = inner.unrecorded.get(&scope) {
+            return Ok(Stored {
+                via: Via::Retained,
+                ..kept
+            });
+        }
+        let claim = match inner.remote.claim(&scope, fp, cfg.lease, owner).await {
+            Ok(claim) => claim,
+            Err(status) => {
+                return match cfg.on_unavailable {
+                    OnUnavailable::FailClosed => {
+                        inner.counters.bump(Event::Unavailable);
+                        Err(status)
+                    }
+                    OnUnavailable::FailOpen => {
+                        inner.counters.bump(Event::FailOpen);
+                        tracing::warn!(
+                            error = %status,
+                            "shared tier unavailable: running the action without a claim (fail-open)"
+                        );
+                        let value = action(FencingToken::UNFENCED).await?;
+                        Ok(Stored {
+                            value,
+                            via: Via::FailOpen,
+                            token: FencingToken::UNFENCED,
+                            recorded: false,
+                        })
+                    }
+                };
+            }
+        };
+        match claim {
+            ClaimOutcome::Claimed { token, reclaimed } => {
+                if reclaimed {
+                    inner.counters.bump(Event::Reclaimed);
+                }
+                let claim = Claim {
+                    scope: &scope,
+                    fingerprint: fp,
+                    token,
+                    owner,
+                };
+                return run_claimed(&inner, claim, action).await;
+            }
+            ClaimOutcome::Completed(bytes) => {
+                let value = inner.codec.decode(&bytes)?;
+                let (via, event) = if waited {
+                    (Via::RemoteJoin, Event::RemoteJoined)
+                } else {
+                    (Via::RemoteReplay, Event::RemoteReplayed)
+                };
+                inner.counters.bump(event);
+                return Ok(Stored {
+                    value,
+                    via,
+                    token: FencingToken::UNFENCED,
+                    recorded: true,
+                });
+            }
+            ClaimOutcome::Conflict => {
+                inner.counters.bump(Event::Conflict);
+                return Err(Status::new(
+                    Code::FailedPrecondition,
+                    "idempotency key reused with a different request: another instance holds or \
+                     stored this key with another request body",
+                )
+                .with_reason(Reason::IDEMPOTENCY_CONFLICT));
+            }
+            ClaimOutcome::InFlightElsewhere { holder, lease_left } => {
+                let now = Instant::now();
+                if now >= give_up {
+                    inner.counters.bump(Event::WaitTimeout);
+                    return Err(Status::new(
+                        Code::Unavailable,
+                        format!(
+                            "another instance still runs this request after {} ms of waiting",
+                            cfg.max_wait.as_millis()
+                        ),
+                    )
+                    .with_reason(Reason::REQUEST_IN_FLIGHT)
+                    .with_retry_after(lease_left.max(cfg.poll_first)));
+                }
+                waited = true;
+                let at_most = poll
+                    .min(lease_left + Duration::from_millis(1))
+                    .min(give_up - now);
+                if inner.remote.wait(&scope, holder, at_most).await.is_err() {
+                    // Tier trouble: pause, then the next claim reports it if it lasts.
+                    tokio::time::sleep(at_most).await;
+                }
+                poll = (poll * 2).min(cfg.poll_max);
+            }
+        }
+    }
+}
+
+/// Runs the action under a claim, then completes (or releases after a failure or panic).
+async fn run_claimed<V, R, C, F, Fut>(
+    inner: &Arc<Inner<V, R, C>>,
+    claim: Claim<'_>,
+    action: F,
+) -> Result<Stored<V>, Status>
+where
+    V: Clone + Send + Sync + 'static,
+    R: RemoteTier,
+    C: Codec<V>,
+    F: FnOnce(FencingToken) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<V, Status>> + Send + 'static,
+{
+    let token = claim.token;
+    let claimed_at = Instant::now();
+    let result = match std::panic::catch_unwind(AssertUnwindSafe(|| action(token))) {
+        Ok(fut) => AssertUnwindSafe(fut).catch_unwind().await,
+        Err(panic) => Err(panic),
+    };
+    let result = match result {
+        Ok(result) => result,
+        Err(panic) => {
+            // Let the next call run again at once rather than after the lease; then report the
+            // panic as the engine does (E4).
+            release(inner, claim, claimed_at).await;
+            inner.counters.bump(Event::Failed);
+            std::panic::resume_unwind(panic)
+        }
+    };
+    let value = match result {
+        Ok(value) => value,
+        Err(status) => {
+            release(inner, claim, claimed_at).await;
+            inner.counters.bump(Event::Failed);
+            return Err(status);
+        }
+    };
+    let bytes = match inner.codec.encode(&value) {
+        Ok(bytes) => bytes,
+        Err(status) => {
+            release(inner, claim, claimed_at).await;
+            inner.counters.bump(Event::Failed);
+            return Err(status);
+        }
+    };
+    match inner.remote.complete(claim, bytes, inner.cfg.ttl).await {
+        Ok(Commit::Committed) => {
+            inner.counters.bump(Event::Executed);
+            Ok(Stored {
+                value,
+                via: Via::Ran,
+                token,
+                recorded: true,
+            })
+        }
+        Ok(Commit::FencedOut) => {
+            inner.counters.bump(Event::FencedOut);
+            tracing::warn!(
+                token = token.get(),
+                lease_ms = inner.cfg.lease.as_millis() as u64,
+                "fenced out: the action outlived its lease and another run claimed the scope; \
+                 this run's result was not stored"
+            );
+            Err(fenced_out(inner.cfg.lease, token))
+        }
+        Err(status) => {
+            // The side effect happened: the caller gets its result (kept here), marked not
+            // recorded, and writing it is retried while the claim is still this run's.
+            inner.counters.bump(Event::Unrecorded);
+            tracing::warn!(
+                error = %status,
+                token = token.get(),
+                "completion not written: the result is kept on this instance and writing it is \
+                 retried in the background"
+            );
+            let stored = Stored {
+                value,
+                via: Via::Ran,
+                token,
+                recorded: false,
+            };
+            inner.unrecorded.insert(claim.scope.clone(), stored.clone());
+            spawn_complete_retry(
+                inner.clone(),
+                claim.scope.clone(),
+                claim.fingerprint,
+                token,
+                claim.owner,
+                stored.value.clone(),
+            );
+            Ok(stored)
+        }
+    }
+}
+
+/// `ABORTED` / `FENCED_OUT`: the run's result was not stored because a later claim took over.
+pub(crate) fn fenced_out(lease: Duration, token: FencingToken) -> Status {
+    Status::new(
+        Code::Aborted,
+        format!(
+            "the action took longer than its lease ({} ms) and another run took the request \
+             over (fencing token {token} is stale); this run's result was not stored",
+            lease.as_millis()
+        ),
+    )
+    .with_reason(Reason::FENCED_OUT)
+}
+
+/// Releases a claim after a failure; if the tier fails, counts it, logs it and retries in the
+/// background until the lease ends (after which the claim lapses by itself, and this engine
+/// would take it back at its next claim anyway).
+async fn release<V, R, C>(inner: &Arc<Inner<V, R, C>>, claim: Claim<'_>, claimed_at: Instant)
+where
+    V: Clone + Send + Sync + 'static,
+    R: RemoteTier,
+    C: Codec<V>,
+{
+    let Err(status) = inner.remote.release(claim).await else {
+        return;
+    };
+    inner.counters.bump(Event::ReleaseFailed);
+    tracing::warn!(
+        error = %status,
+        token = claim.token.get(),
+        "release failed: retrying in the background until the claim's lease ends"
+    );
+    let inner = inner.clone();
+    let (scope, fingerprint, token, owner) = (
+        claim.scope.clone(),
+        claim.fingerprint,
+        claim.token,
+        claim.owner,
+    );
+    let until = claimed_at + inner.cfg.lease;
+    tokio::spawn(async move {
+        let claim = Claim {
+            scope: &scope,
+            fingerprint,
+            token,
+            owner,
+        };
+        let mut delay = inner.cfg.poll_first;
+        while Instant::now() + delay < until {
+            tokio::time::sleep(delay).await;
+            if inner.remote.release(claim).await.is_ok() {
+                return;
+            }
+            delay = (delay * 2).min(inner.cfg.poll_max);
+        }
+    });
+}
+
+/// Keeps trying to write a completion that failed, while the claim is still this run's: until
+/// the tier answers (written, or a later claim took over) or the retry window — the lease,
+/// counted from the failure — has passed.
+fn spawn_complete_retry<V, R, C>(
+    inner: Arc<Inner<V, R, C>>,
+    scope: Scope,
+    fingerprint: Fingerprint,
+    token: FencingToken,
+    owner: OwnerId,
+    value: V,
+) where
+    V: Clone + Send + Sync + 'static,
+    R: RemoteTier,
+    C: Codec<V>,
+{
+    tokio::spawn(async move {
+        let until = Instant::now() + inner.cfg.lease;
+        let claim = Claim {
+            scope: &scope,
+            fingerprint,
+            token,
+            owner,
+        };
+        let mut delay = inner.cfg.poll_first;
+        let outcome = loop {
+            if Instant::now() + delay >= until {
+                break None;
+            }
+            tokio::time::sleep(delay).await;
+            let Ok(bytes) = inner.codec.encode(&value) else {
+                break None;
+            };
+            match inner.remote.complete(claim, bytes, inner.cfg.ttl).await {
+                Ok(commit) => break Some(commit),
+                Err(_) => delay = (delay * 2).min(inner.cfg.poll_max),
+            }
+        };
+        inner.unrecorded.remove(&scope);
+        match outcome {
+            Some(Commit::Committed) => inner.counters.bump(Event::RecordedLate),
+            Some(Commit::FencedOut) | None => {
+                inner.counters.bump(Event::RecordLost);
+                tracing::warn!(
+                    token = token.get(),
+                    fenced_out = outcome.is_some(),
+                    "completion never written: other instances may run this request again"
+                );
+            }
+        }
+    });
+}

@@ -7,7 +7,9 @@
 //! exactly when it can least take it, and the retries keep it down. A budget caps retries to a
 //! fraction of recent requests (default 10%): in a brief blip everything that fails is retried; in
 //! an outage the extra load stays at +10% and calls fail fast with their last error. A small
-//! per-second floor keeps a quiet client (a few calls a minute) able to retry at all.
+//! per-second floor keeps a quiet client (a few calls a minute) able to retry at all, without
+//! letting it burst: the floor is a token bucket of `min_per_sec` tokens refilled at
+//! `min_per_sec` per second, whatever the window's length.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -19,7 +21,8 @@ use crate::policy::InvalidPolicy;
 
 /// Default cap on retries as a fraction of requests in the window (SPEC R5).
 pub const DEFAULT_BUDGET_RATIO: f64 = 0.1;
-/// Default floor: retries per second always allowed, whatever the ratio says (SPEC R5).
+/// Default floor: 10 retries per second always allowed, whatever the ratio says, in bursts of at
+/// most 10 (SPEC R5; see [`RetryBudgetBuilder::min_per_sec`]).
 pub const DEFAULT_MIN_RETRIES_PER_SEC: u32 = 10;
 /// Default length of the sliding window (SPEC R5).
 pub const DEFAULT_BUDGET_WINDOW: Duration = Duration::from_secs(10);
@@ -27,23 +30,35 @@ pub const DEFAULT_BUDGET_WINDOW: Duration = Duration::from_secs(10);
 /// The window is kept as this many slots; the oldest slot drops out as time moves on.
 const SLOTS: usize = 10;
 
+/// One floor token, in the bucket's unit: the bucket refills `min_per_sec` units per nanosecond,
+/// so integer arithmetic is exact (no float drift between refills).
+const TOKEN: u128 = 1_000_000_000;
+
 /// A sliding-window retry budget, shared by every call and task that holds a clone (SPEC R5).
 ///
 /// Each call [`deposit`](Self::deposit)s once; each retry must [`try_withdraw`](Self::try_withdraw).
-/// A withdrawal is allowed while, over the window,
-/// `retries + 1 <= max(ratio · requests, min_per_sec · window_secs)`; otherwise it is refused and
-/// counted ([`refused`](Self::refused)), and the retrier fails the call fast with its last error.
+/// A withdrawal is allowed when either
 ///
-/// Time comes from tokio's clock, so paused-clock tests drive the window. The state sits behind one
-/// `std::sync::Mutex` whose critical sections are a handful of additions over 10 slots and never
-/// span an `.await`; the refusal counter is an atomic.
+/// * the ratio covers it: over the window, `retries + 1 <= ratio · requests`; or
+/// * the floor has a token. The floor is a token bucket that holds at most `min_per_sec` tokens,
+///   starts full and refills at `min_per_sec` tokens per second (continuously, independent of the
+///   window). Every granted retry takes a token if one is there, so the floor tops the retry rate
+///   up to `min_per_sec` per second rather than adding to what the ratio allows; a quiet client
+///   may burst at most `min_per_sec` retries, then `min_per_sec` per second.
+///
+/// Otherwise it is refused and counted ([`refused`](Self::refused)), and the retrier fails the
+/// call fast with its last error.
+///
+/// Time comes from tokio's clock, so paused-clock tests drive the window and the bucket. The state
+/// sits behind one `std::sync::Mutex` whose critical sections are a handful of additions over 10
+/// slots and never span an `.await`; the refusal counter is an atomic.
 ///
 /// # Default
 ///
 /// | setting | default | constant |
 /// |---|---|---|
 /// | ratio (retries / requests) | 10% | [`DEFAULT_BUDGET_RATIO`] |
-/// | floor | 10 retries per second | [`DEFAULT_MIN_RETRIES_PER_SEC`] |
+/// | floor | 10 retries per second, bursts of at most 10 | [`DEFAULT_MIN_RETRIES_PER_SEC`] |
 /// | window | 10 s (10 slots of 1 s) | [`DEFAULT_BUDGET_WINDOW`] |
 ///
 /// # Examples
@@ -74,7 +89,8 @@ pub struct RetryBudget {
 #[derive(Debug)]
 struct Inner {
     ratio: f64,
-    floor: f64,
+    /// `min_per_sec`: the floor's refill, in units per nanosecond (and tokens per second).
+    floor_rate: u128,
     slot_nanos: u128,
     origin: Instant,
     window: Mutex<Window>,
@@ -87,9 +103,31 @@ struct Window {
     epochs: [u64; SLOTS],
     requests: [u64; SLOTS],
     retries: [u64; SLOTS],
+    /// The floor's bucket, in units of [`TOKEN`] per token, as of `floor_at`.
+    floor: u128,
+    /// When `floor` was last refilled (nanoseconds since the budget's origin).
+    floor_at: u128,
 }
 
 impl Window {
+    /// Refills the floor's bucket up to `now` (nanoseconds since the origin), capped at `rate`
+    /// tokens, and takes one token if there is one; returns whether it took one.
+    fn take_floor_token(&mut self, now: u128, rate: u128) -> bool {
+        let elapsed = now.saturating_sub(self.floor_at);
+        self.floor_at = self.floor_at.max(now);
+        let cap = rate.saturating_mul(TOKEN);
+        self.floor = self
+            .floor
+            .saturating_add(elapsed.saturating_mul(rate))
+            .min(cap);
+        if self.floor >= TOKEN {
+            self.floor -= TOKEN;
+            true
+        } else {
+            false
+        }
+    }
+
     /// Makes `epoch`'s slot current (clearing what it held before) and returns its index.
     fn slot(&mut self, epoch: u64) -> usize {
         let i = (epoch % SLOTS as u64) as usize;
@@ -128,7 +166,8 @@ pub struct BudgetSnapshot {
 }
 
 impl RetryBudget {
-    /// A budget with the defaults: 10% of requests, a floor of 10 retries/s, a 10 s window.
+    /// A budget with the defaults: 10% of requests, a floor of 10 retries/s (bursts of at most
+    /// 10), a 10 s window.
     pub fn new() -> Self {
         RetryBudgetBuilder::new()
             .build()
@@ -140,34 +179,37 @@ impl RetryBudget {
         RetryBudgetBuilder::new()
     }
 
-    fn lock(&self) -> (MutexGuard<'_, Window>, u64) {
-        let epoch = Instant::now()
+    /// The window, its current epoch and the time in nanoseconds since the origin.
+    fn lock(&self) -> (MutexGuard<'_, Window>, u64, u128) {
+        let now = Instant::now()
             .saturating_duration_since(self.inner.origin)
-            .as_nanos()
-            / self.inner.slot_nanos;
-        let epoch = u64::try_from(epoch).unwrap_or(u64::MAX - 1);
+            .as_nanos();
+        let epoch = u64::try_from(now / self.inner.slot_nanos).unwrap_or(u64::MAX - 1);
         let guard = self
             .inner
             .window
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        (guard, epoch)
+        (guard, epoch, now)
     }
 
     /// Records one request (call it once per call, not per attempt).
     pub fn deposit(&self) {
-        let (mut w, epoch) = self.lock();
+        let (mut w, epoch, _) = self.lock();
         let i = w.slot(epoch);
         w.requests[i] += 1;
     }
 
-    /// Asks for one retry. Records it and returns `true` if the budget allows it; otherwise counts
-    /// a refusal and returns `false`.
+    /// Asks for one retry. Records it and returns `true` if the ratio covers it or the floor has a
+    /// token (see [`RetryBudget`]); otherwise counts a refusal and returns `false`.
     pub fn try_withdraw(&self) -> bool {
-        let (mut w, epoch) = self.lock();
+        let (mut w, epoch, now) = self.lock();
         let (req, ret) = w.totals(epoch);
-        let allowed = (self.inner.ratio * req as f64).max(self.inner.floor);
-        if (ret + 1) as f64 <= allowed {
+        let by_ratio = (ret + 1) as f64 <= self.inner.ratio * req as f64;
+        // Every grant takes a floor token when there is one; a grant the ratio does not cover
+        // needs one.
+        let by_floor = w.take_floor_token(now, self.inner.floor_rate);
+        if by_ratio || by_floor {
             let i = w.slot(epoch);
             w.retries[i] += 1;
             true
@@ -185,7 +227,7 @@ impl RetryBudget {
 
     /// Requests and retries in the current window, and refusals so far.
     pub fn snapshot(&self) -> BudgetSnapshot {
-        let (w, epoch) = self.lock();
+        let (w, epoch, _) = self.lock();
         let (requests, retries) = w.totals(epoch);
         drop(w);
         BudgetSnapshot {
@@ -227,7 +269,34 @@ impl RetryBudgetBuilder {
         self
     }
 
-    /// Retries per second allowed whatever the ratio says (0 = no floor).
+    /// The floor: retries per second allowed whatever the ratio says (SPEC R5). Default: 10
+    /// ([`DEFAULT_MIN_RETRIES_PER_SEC`]); 0 = no floor.
+    ///
+    /// Exactly: a token bucket that holds at most `n` tokens, starts full and refills at `n`
+    /// tokens per second, continuously (1 token every `1/n` s), whatever the
+    /// [`window`](Self::window). Every granted retry takes a token if one is there; a retry the
+    /// ratio does not cover is granted only by taking one. So a quiet client may burst at most `n`
+    /// retries, then make `n` per second; under load the floor tops the retry rate up to `n` per
+    /// second rather than adding to what the ratio allows.
+    ///
+    /// ```
+    /// use idem_retry::RetryBudget;
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), idem_retry::InvalidPolicy> {
+    /// // No ratio: only the floor of 10 retries per second, with a 60 s window.
+    /// let budget = RetryBudget::builder()
+    ///     .ratio(0.0)
+    ///     .min_per_sec(10)
+    ///     .window(Duration::from_secs(60))
+    ///     .build()?;
+    /// assert_eq!((0..100).filter(|_| budget.try_withdraw()).count(), 10); // a burst of 10
+    /// tokio::time::advance(Duration::from_millis(500)).await;
+    /// assert_eq!((0..100).filter(|_| budget.try_withdraw()).count(), 5); // 10 per second
+    /// # Ok(())
+    /// # }
+    /// ```
     pub const fn min_per_sec(mut self, n: u32) -> Self {
         self.min_per_sec = n;
         self
@@ -257,13 +326,15 @@ impl RetryBudgetBuilder {
         Ok(RetryBudget {
             inner: Arc::new(Inner {
                 ratio: self.ratio,
-                floor: f64::from(self.min_per_sec) * self.window.as_secs_f64(),
+                floor_rate: u128::from(self.min_per_sec),
                 slot_nanos,
                 origin: Instant::now(),
                 window: Mutex::new(Window {
                     epochs: [u64::MAX; SLOTS],
                     requests: [0; SLOTS],
                     retries: [0; SLOTS],
+                    floor: u128::from(self.min_per_sec) * TOKEN,
+                    floor_at: 0,
                 }),
                 refused: AtomicU64::new(0),
             }),

@@ -71,9 +71,19 @@ pub trait Classify {
         None
     }
 
-    /// The server's retry-after hint (RetryInfo, `grpc-retry-pushback-ms`, `Retry-After`).
+    /// The server's retry-after hint (RetryInfo, `grpc-retry-pushback-ms`, `Retry-After`): the
+    /// exact wait before the next attempt (SPEC R8). A zero hint counts as none: the policy's
+    /// backoff applies, since a retry is never immediate (SPEC R2). Default: `None`.
     fn retry_after(&self) -> Option<Duration> {
         None
+    }
+
+    /// Whether the server asked for no retry at all (SPEC R8). gRPC A6 reads a
+    /// `grpc-retry-pushback-ms` that is negative, not a number or given more than once that way;
+    /// the error then ends the call ([`NotRetryable::Pushback`]) whatever its code. Default:
+    /// `false`.
+    fn forbids_retry(&self) -> bool {
+        false
     }
 }
 
@@ -109,6 +119,10 @@ impl<E: Classify + ?Sized> Classify for Box<E> {
     fn retry_after(&self) -> Option<Duration> {
         (**self).retry_after()
     }
+
+    fn forbids_retry(&self) -> bool {
+        (**self).forbids_retry()
+    }
 }
 
 /// How long to wait before a retry.
@@ -133,6 +147,8 @@ pub enum NotRetryable {
     Unsafe,
     /// `INTERNAL`/`UNKNOWN` without the caller declaring them transient.
     NotTransient,
+    /// The server's pushback said not to retry ([`Classify::forbids_retry`], SPEC R8).
+    Pushback,
 }
 
 /// The classifier's verdict on one failure (SPEC R2). The retrier still checks attempts, deadline
@@ -164,7 +180,7 @@ impl Decision {
 
     /// A short, stable name for tables and logs, ignoring the wait: `retry`,
     /// `retry-within-deadline`, `refresh-then-retry`, `never:permanent`, `never:unsafe`,
-    /// `never:not-transient`, `never:not-a-failure`.
+    /// `never:not-transient`, `never:not-a-failure`, `never:pushback`.
     pub const fn as_str(&self) -> &'static str {
         match self {
             Decision::Retry(_) => "retry",
@@ -174,6 +190,7 @@ impl Decision {
             Decision::Never(NotRetryable::Unsafe) => "never:unsafe",
             Decision::Never(NotRetryable::NotTransient) => "never:not-transient",
             Decision::Never(NotRetryable::NotAFailure) => "never:not-a-failure",
+            Decision::Never(NotRetryable::Pushback) => "never:pushback",
         }
     }
 }
@@ -185,19 +202,22 @@ impl Decision {
 ///    `PERMISSION_DENIED`, `FAILED_PRECONDITION`, `OUT_OF_RANGE`, `UNIMPLEMENTED`, `DATA_LOSS` and
 ///    `UNAUTHENTICATED` are permanent, whatever the reason says.
 /// 2. A call that is neither idempotent nor keyed is never retried (S2).
-/// 3. `DEADLINE_EXCEEDED` is retried only within the call's deadline, whatever the reason.
+/// 3. A server that forbids the retry ([`Classify::forbids_retry`]: a negative, malformed or
+///    repeated `grpc-retry-pushback-ms`, SPEC R8) is obeyed, whatever the code.
+/// 4. `DEADLINE_EXCEEDED` is retried only within the call's deadline, whatever the reason.
 ///    Reasons refine the other codes: `RATE_LIMITED` is handled as `RESOURCE_EXHAUSTED`,
 ///    `STOCK_CONFLICT` as `ABORTED`, `UPSTREAM_UNAVAILABLE` and `UNKNOWN_OUTCOME` as
 ///    `UNAVAILABLE`, and `REQUEST_IN_FLIGHT` (the server is still running the first attempt,
 ///    SPEC E14) as a plain retry: resending the same key then gets the stored result. An unknown
 ///    outcome (connection lost after send, S3) is thus retried only for an idempotent call or
 ///    with the call's one key, which every attempt carries (R6).
-/// 4. `UNAVAILABLE`: backoff. `RESOURCE_EXHAUSTED`: the server's retry-after if it gave a
+/// 5. `UNAVAILABLE`: backoff. `RESOURCE_EXHAUSTED`: the server's retry-after if it gave a
 ///    non-zero one, else backoff — never at once. `ABORTED`: only after a refresh.
 ///    `INTERNAL`/`UNKNOWN`: only if declared transient ([`Call::declare_transient`]) and the call
 ///    is idempotent.
 ///
-/// On any retryable failure, a server retry-after (pushback) overrides the backoff.
+/// On any retryable failure, a non-zero server retry-after (pushback) replaces the backoff: the
+/// wait is exactly that long, with no jitter and no cap (SPEC R8).
 ///
 /// ```
 /// use idem_core::{Code, IdempotencyKey, Reason, Status};
@@ -238,6 +258,9 @@ pub fn classify<E: Classify + ?Sized>(error: &E, call: &Call) -> Decision {
     let kind = call.kind();
     if kind == CallKind::Neither {
         return Decision::Never(NotRetryable::Unsafe);
+    }
+    if error.forbids_retry() {
+        return Decision::Never(NotRetryable::Pushback);
     }
     let pushback = error.retry_after().filter(|d| !d.is_zero());
     let wait = pushback.map_or(Wait::Backoff, Wait::Pushback);

@@ -115,6 +115,38 @@
 //! [`Scheduler`] — tokio's timer by default ([`TokioScheduler`]), a [`VirtualScheduler`] in tests,
 //! which runs a whole retry sequence instantly and records each delay.
 //!
+//! # Server pushback (SPEC R8)
+//!
+//! A server that knows when it can take the call again says so, and the retrier follows it as
+//! gRPC A6 says: a valid pushback ([`Classify::retry_after`]) sets the next wait exactly (no
+//! jitter, no cap; still bounded by the deadline and the budget), and the backoff after it starts
+//! again at the base delay; a pushback the server got wrong — negative, not a number, or sent
+//! twice ([`Classify::forbids_retry`]) — means *do not retry*, and the call ends with
+//! [`GiveUp::Pushback`].
+//!
+//! ```
+//! use idem_core::{Code, Status};
+//! use idem_retry::{Call, FixedRandom, Retrier, RetryPolicy, VirtualScheduler};
+//! use std::time::Duration;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), idem_retry::InvalidPolicy> {
+//! let ms = Duration::from_millis;
+//! let clock = VirtualScheduler::instant();
+//! let policy = RetryPolicy::builder().max_attempts(4).random_source(FixedRandom::new(0.5)).build()?;
+//! let retrier = Retrier::new(policy).with_scheduler(clock.clone());
+//! let r: Result<(), Status> = retrier
+//!     .call(&Call::idempotent(), |attempt| async move {
+//!         let busy = Status::new(Code::Unavailable, "busy");
+//!         Err(if attempt.number() == 1 { busy.with_retry_after(ms(1000)) } else { busy })
+//!     })
+//!     .await;
+//! assert!(r.is_err());
+//! assert_eq!(clock.requested(), vec![ms(1000), ms(20), ms(40)]); // base delay again after it
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Defaults
 //!
 //! | setting | default | set in |
@@ -126,7 +158,7 @@
 //! | jitter | ±20% | [`RetryPolicy`] ([`DEFAULT_JITTER`]) |
 //! | minimum attempt time | 50 ms | [`RetryPolicy`] ([`DEFAULT_MIN_ATTEMPT_TIME`]) |
 //! | budget ratio | 10% of requests | [`RetryBudget`] ([`DEFAULT_BUDGET_RATIO`]) |
-//! | budget floor | 10 retries/s | [`RetryBudget`] ([`DEFAULT_MIN_RETRIES_PER_SEC`]) |
+//! | budget floor | 10 retries/s, bursts of at most 10 | [`RetryBudget`] ([`DEFAULT_MIN_RETRIES_PER_SEC`]) |
 //! | budget window | 10 s | [`RetryBudget`] ([`DEFAULT_BUDGET_WINDOW`]) |
 //! | scheduler | tokio's timer | [`Retrier`] ([`TokioScheduler`]) |
 //!
@@ -136,11 +168,11 @@
 //! |---|---|---|
 //! | `policy.rs`, `random.rs` | [`RetryPolicy`], jitter sources | R1 |
 //! | `call.rs` | [`Call`], [`CallKind`], [`Attempt`] | S1–S3, R6 |
-//! | `classify.rs` | [`Classify`], [`classify`], [`Decision`] | R2, S2, S3 |
+//! | `classify.rs` | [`Classify`], [`classify`], [`Decision`] | R2, R8, S2, S3 |
 //! | `deadline.rs` | [`check_retry`], [`leaves_room`] | R3 |
 //! | `scheduler.rs` | [`Scheduler`], [`TokioScheduler`], [`VirtualScheduler`] | R4 |
 //! | `budget.rs` | [`RetryBudget`] | R5 |
-//! | `retrier.rs` | [`Retrier`] | R1–R6 |
+//! | `retrier.rs`, `error.rs` | [`Retrier`], [`RetryError`] | R1–R6, R8 |
 //! | `metrics.rs`, `stats.rs` | metric names, [`GiveUp`], [`RetryStats`] | |
 #![forbid(unsafe_code)]
 #![warn(
@@ -154,6 +186,7 @@ mod budget;
 mod call;
 mod classify;
 mod deadline;
+mod error;
 pub mod metrics;
 mod policy;
 mod random;
@@ -168,6 +201,7 @@ pub use budget::{
 pub use call::{Attempt, Call, CallKind};
 pub use classify::{classify, Classify, Decision, NotRetryable, Wait};
 pub use deadline::{check_retry, leaves_room};
+pub use error::RetryError;
 pub use metrics::GiveUp;
 pub use policy::{
     InvalidPolicy, RetryPolicy, RetryPolicyBuilder, DEFAULT_BASE_DELAY, DEFAULT_JITTER,

@@ -7,7 +7,7 @@
 //! |---|---|---|---|
 //! | [`ATTEMPTS`] `idem_retry_attempts_total` | counter | — | attempts made, first ones included |
 //! | [`RETRIES`] `idem_retry_retries_total` | counter | — | retries started (attempts after the first) |
-//! | [`GIVE_UPS`] `idem_retry_give_ups_total` | counter | `reason` = `not_retryable`, `attempts`, `deadline`, `budget` | calls that ended on a failure, by why no further retry was made |
+//! | [`GIVE_UPS`] `idem_retry_give_ups_total` | counter | `reason` = `not_retryable`, `attempts`, `deadline`, `budget`, `pushback` | calls that ended on a failure, by why no further retry was made |
 //!
 //! The same figures are kept in-process by each [`Retrier`](crate::Retrier)
 //! ([`Retrier::stats`](crate::Retrier::stats)).
@@ -35,24 +35,47 @@ pub enum GiveUp {
     Deadline,
     /// The retry budget refused (SPEC R5).
     Budget,
+    /// The server's pushback said not to retry (SPEC R8): under gRPC A6 a
+    /// `grpc-retry-pushback-ms` that is negative, malformed or repeated
+    /// ([`Classify::forbids_retry`](crate::Classify::forbids_retry)).
+    Pushback,
 }
 
 impl GiveUp {
-    /// All four reasons.
-    pub const ALL: [GiveUp; 4] = [
+    /// All five reasons.
+    pub const ALL: [GiveUp; 5] = [
         GiveUp::NotRetryable,
         GiveUp::Attempts,
         GiveUp::Deadline,
         GiveUp::Budget,
+        GiveUp::Pushback,
     ];
 
-    /// The label value: `not_retryable`, `attempts`, `deadline` or `budget`.
+    /// The label value: `not_retryable`, `attempts`, `deadline`, `budget` or `pushback`.
     pub const fn as_str(self) -> &'static str {
         match self {
             GiveUp::NotRetryable => "not_retryable",
             GiveUp::Attempts => "attempts",
             GiveUp::Deadline => "deadline",
             GiveUp::Budget => "budget",
+            GiveUp::Pushback => "pushback",
+        }
+    }
+
+    /// Why no further attempt was made, in words, for error messages: "the failure is not
+    /// retryable", "no attempts were left", ...
+    ///
+    /// ```
+    /// use idem_retry::GiveUp;
+    /// assert_eq!(GiveUp::Pushback.explain(), "the server asked not to retry");
+    /// ```
+    pub const fn explain(self) -> &'static str {
+        match self {
+            GiveUp::NotRetryable => "the failure is not retryable",
+            GiveUp::Attempts => "no attempts were left",
+            GiveUp::Deadline => "the deadline left no time for another attempt",
+            GiveUp::Budget => "the retry budget was spent",
+            GiveUp::Pushback => "the server asked not to retry",
         }
     }
 }

@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use crate::budget::RetryBudget;
 use crate::call::{Attempt, Call};
-use crate::classify::{classify, Classify, Decision, Wait};
+use crate::classify::{classify, Classify, Decision, NotRetryable, Wait};
 use crate::deadline::check_retry;
+use crate::error::RetryError;
 use crate::metrics::GiveUp;
 use crate::policy::RetryPolicy;
 use crate::scheduler::{Scheduler, TokioScheduler};
@@ -17,16 +18,20 @@ use crate::stats::{Counters, RetryStats};
 /// without tower.
 ///
 /// For each call: the first attempt always runs. After a failure the retrier
-/// 1. [`classify`]s it against the [`Call`] (SPEC R2, S2, S3), and stops if it is not retryable;
+/// 1. [`classify`]s it against the [`Call`] (SPEC R2, S2, S3), and stops if it is not retryable
+///    or the server's pushback forbids a retry (SPEC R8);
 /// 2. stops if the attempts are used up, or if the remaining deadline does not cover the wait plus
 ///    the policy's minimum attempt time (SPEC R3) — never starting a hopeless attempt, never
 ///    waiting past the deadline;
 /// 3. asks the [`RetryBudget`] for a retry (SPEC R5), and stops if refused;
-/// 4. waits the backoff (or the server's pushback) through the [`Scheduler`] (SPEC R4);
+/// 4. waits through the [`Scheduler`] (SPEC R4): exactly the server's pushback if it sent one,
+///    else the policy's backoff. The backoff counts the failures since the last pushback, so the
+///    first backoff after a pushback is the base delay again, then ×2, ... (gRPC A6, SPEC R8);
 /// 5. for `ABORTED`, runs the caller's refresh step ([`call_with_refresh`](Self::call_with_refresh));
 /// 6. runs the next attempt with the **same key** and the next attempt number (SPEC R6).
 ///
-/// When it stops it returns the last error unchanged and counts why ([`GiveUp`]).
+/// When it stops it returns the last error unchanged and counts why ([`GiveUp`]);
+/// [`call_reporting`](Self::call_reporting) returns the why and the attempt count with it.
 ///
 /// Clones share the policy, budget, scheduler and counters. Retry at one layer only (SPEC R7): a
 /// retrier inside a server handler multiplies with the client's.
@@ -159,6 +164,49 @@ impl<S: Scheduler> Retrier<S> {
         Fut: Future<Output = Result<T, E>>,
         E: Classify,
     {
+        self.run(call, op, NoRefresh)
+            .await
+            .map_err(RetryError::into_error)
+    }
+
+    /// Like [`call`](Self::call), and says why it gave up: the error is a [`RetryError`] with
+    /// the last attempt's error, the [`GiveUp`] reason and the number of attempts made.
+    ///
+    /// # Errors
+    ///
+    /// A [`RetryError`] when a failure is not retried.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use idem_core::{Code, Status};
+    /// use idem_retry::{Call, GiveUp, Retrier, RetryBudget, RetryPolicy};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), idem_retry::InvalidPolicy> {
+    /// // No ratio and no floor: the budget refuses every retry.
+    /// let budget = RetryBudget::builder().ratio(0.0).min_per_sec(0).build()?;
+    /// let retrier = Retrier::new(RetryPolicy::default()).with_budget(budget);
+    /// let err = retrier
+    ///     .call_reporting(&Call::idempotent(), |_| async {
+    ///         Err::<(), _>(Status::new(Code::Unavailable, "down"))
+    ///     })
+    ///     .await
+    ///     .unwrap_err();
+    /// assert_eq!((err.reason(), err.attempts()), (GiveUp::Budget, 1));
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "gave up after 1 attempt (the retry budget was spent): UNAVAILABLE: down"
+    /// );
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn call_reporting<T, E, F, Fut>(&self, call: &Call, op: F) -> Result<T, RetryError<E>>
+    where
+        F: FnMut(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify,
+    {
         self.run(call, op, NoRefresh).await
     }
 
@@ -222,10 +270,17 @@ impl<S: Scheduler> Retrier<S> {
         R: FnMut(&E) -> RFut,
         RFut: Future<Output = Result<(), E>>,
     {
-        self.run(call, op, WithRefresh(refresh)).await
+        self.run(call, op, WithRefresh(refresh))
+            .await
+            .map_err(RetryError::into_error)
     }
 
-    async fn run<T, E, F, Fut, R>(&self, call: &Call, mut op: F, mut refresh: R) -> Result<T, E>
+    async fn run<T, E, F, Fut, R>(
+        &self,
+        call: &Call,
+        mut op: F,
+        mut refresh: R,
+    ) -> Result<T, RetryError<E>>
     where
         F: FnMut(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
@@ -235,6 +290,9 @@ impl<S: Scheduler> Retrier<S> {
         self.counters.call();
         self.budget.deposit();
         let mut number: u32 = 1;
+        // The `n` of `delay_after(n)`: failures since the call began or since the last pushback,
+        // so a backoff after a pushback starts again at the base delay (gRPC A6, SPEC R8).
+        let mut backoff_step: u32 = 1;
         loop {
             self.counters.attempt();
             let attempt = Attempt::new(call.key().cloned(), number, call.deadline().copied());
@@ -243,48 +301,55 @@ impl<S: Scheduler> Retrier<S> {
                 Err(e) => e,
             };
             let (wait, refreshing) = match classify(&err, call) {
-                Decision::Never(_) => return self.give_up(GiveUp::NotRetryable, err),
+                Decision::Never(NotRetryable::Pushback) => {
+                    return self.give_up(GiveUp::Pushback, number, err)
+                }
+                Decision::Never(_) => return self.give_up(GiveUp::NotRetryable, number, err),
                 Decision::Retry(w) => (w, false),
                 Decision::RetryWithinDeadline(w) => {
                     if call.deadline().is_none() {
-                        return self.give_up(GiveUp::Deadline, err);
+                        return self.give_up(GiveUp::Deadline, number, err);
                     }
                     (w, false)
                 }
                 Decision::RefreshThenRetry(w) => {
                     if !R::AVAILABLE {
-                        return self.give_up(GiveUp::NotRetryable, err);
+                        return self.give_up(GiveUp::NotRetryable, number, err);
                     }
                     (w, true)
                 }
             };
             if number >= self.policy.max_attempts() {
-                return self.give_up(GiveUp::Attempts, err);
+                return self.give_up(GiveUp::Attempts, number, err);
             }
-            let delay = match wait {
-                Wait::Backoff => self.policy.delay_after(number),
-                Wait::Pushback(d) => d,
+            let (delay, next_step) = match wait {
+                Wait::Backoff => (
+                    self.policy.delay_after(backoff_step),
+                    backoff_step.saturating_add(1),
+                ),
+                Wait::Pushback(d) => (d, 1),
             };
             if let Err(why) = check_retry(&self.policy, number, call.deadline(), delay) {
-                return self.give_up(why, err);
+                return self.give_up(why, number, err);
             }
             if !self.budget.try_withdraw() {
-                return self.give_up(GiveUp::Budget, err);
+                return self.give_up(GiveUp::Budget, number, err);
             }
             self.counters.retry();
             self.scheduler.sleep(delay).await;
             if refreshing {
                 if let Err(e) = refresh.refresh(&err).await {
-                    return self.give_up(GiveUp::NotRetryable, e);
+                    return self.give_up(GiveUp::NotRetryable, number, e);
                 }
             }
+            backoff_step = next_step;
             number = number.saturating_add(1);
         }
     }
 
-    fn give_up<T, E>(&self, why: GiveUp, err: E) -> Result<T, E> {
+    fn give_up<T, E>(&self, why: GiveUp, attempts: u32, err: E) -> Result<T, RetryError<E>> {
         self.counters.give_up(why);
-        Err(err)
+        Err(RetryError::new(why, attempts, err))
     }
 }
 

@@ -22,6 +22,8 @@ pub struct RetryStats {
     pub deadline: u64,
     /// Calls given up because the budget refused.
     pub budget: u64,
+    /// Calls given up because the server's pushback said not to retry (SPEC R8).
+    pub pushback: u64,
 }
 
 impl RetryStats {
@@ -32,6 +34,7 @@ impl RetryStats {
             GiveUp::Attempts => self.exhausted,
             GiveUp::Deadline => self.deadline,
             GiveUp::Budget => self.budget,
+            GiveUp::Pushback => self.pushback,
         }
     }
 }
@@ -41,7 +44,7 @@ pub(crate) struct Counters {
     calls: AtomicU64,
     attempts: AtomicU64,
     retries: AtomicU64,
-    give_ups: [AtomicU64; 4],
+    give_ups: [AtomicU64; GiveUp::ALL.len()],
 }
 
 impl Counters {
@@ -75,6 +78,7 @@ impl Counters {
             exhausted: g(1),
             deadline: g(2),
             budget: g(3),
+            pushback: g(4),
         }
     }
 }

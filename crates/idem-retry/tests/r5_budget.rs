@@ -118,3 +118,31 @@ async fn r5_quiet_client_still_gets_its_floor() {
     assert_eq!(stats.budget, 60); // every call ended on a refusal
     assert_eq!(strict.budget().refused(), 60);
 }
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn r5_floor_is_retries_per_second_not_per_window() {
+    // The defaults: 10%, a floor of 10 retries/s, a 10 s window. A quiet client (one request)
+    // may burst 10 retries, not 10/s × 10 s = 100.
+    let budget = RetryBudget::new();
+    budget.deposit();
+    let burst = |n: usize| (0..n).filter(|_| budget.try_withdraw()).count();
+    assert_eq!(burst(200), 10);
+    // Then 10 per second, refilled continuously: 1 s gives 10, 250 ms gives 2.5, 50 ms 0.5 more.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(burst(200), 10);
+    tokio::time::advance(ms(250)).await;
+    assert_eq!(burst(200), 2);
+    tokio::time::advance(ms(50)).await;
+    assert_eq!(burst(200), 1);
+    // The bucket holds at most 10 tokens, however long the client stayed quiet.
+    tokio::time::advance(Duration::from_secs(3600)).await;
+    assert_eq!(burst(200), 10);
+
+    // The window's length does not scale the floor (it used to: 10/s × 60 s = 600).
+    let long = RetryBudget::builder()
+        .window(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    assert_eq!((0..1000).filter(|_| long.try_withdraw()).count(), 10);
+    assert_eq!(long.refused(), 990);
+}

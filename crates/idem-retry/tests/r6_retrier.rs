@@ -4,8 +4,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use idem_core::Deadline;
 use idem_core::{Code, IdempotencyKey, Reason, Status};
-use idem_retry::{Call, FixedRandom, GiveUp, Retrier, RetryPolicy, VirtualScheduler};
+use idem_retry::{
+    Call, FixedRandom, GiveUp, Retrier, RetryBudget, RetryError, RetryPolicy, VirtualScheduler,
+};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -84,8 +87,9 @@ async fn r2_pushback_overrides_backoff() {
         })
         .await;
     assert!(r.is_err());
-    // Server hints replace the 20 ms / 40 ms backoff; without a hint the backoff (80 ms) applies.
-    assert_eq!(clock.requested(), vec![ms(300), ms(7), ms(80)]);
+    // Server hints replace the 20 ms / 40 ms backoff; without a hint the backoff applies, and it
+    // starts again at the base delay after a pushback (gRPC A6, SPEC R8): 20 ms, not 80 ms.
+    assert_eq!(clock.requested(), vec![ms(300), ms(7), ms(20)]);
 }
 
 #[tokio::test]
@@ -191,4 +195,52 @@ async fn r2_aborted_only_through_refresh_step() {
     assert_eq!(r, Ok(5));
     assert_eq!(sent.into_inner().unwrap(), vec![3, 5]);
     assert_eq!(refreshes.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn r6_call_reporting_carries_the_give_up_reason_and_attempt_count() {
+    let fail = |_| async { Err::<(), _>(unavailable()) };
+
+    // Every attempt failed.
+    let (r3, _) = retrier(3);
+    let err = r3.call_reporting(&Call::idempotent(), fail).await;
+    assert_eq!(
+        err,
+        Err(RetryError::new(GiveUp::Attempts, 3, unavailable()))
+    );
+    let err = err.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "gave up after 3 attempts (no attempts were left): UNAVAILABLE: down"
+    );
+    assert_eq!(err.into_error(), unavailable());
+
+    // Not retryable: a write without a key (S2), after its one attempt.
+    let err = r3
+        .call_reporting(&Call::non_idempotent(), fail)
+        .await
+        .unwrap_err();
+    assert_eq!((err.reason(), err.attempts()), (GiveUp::NotRetryable, 1));
+
+    // The deadline leaves no room for the second attempt's wait plus a minimum attempt.
+    let call = Call::idempotent().with_deadline(Deadline::after(ms(60)));
+    let err = r3.call_reporting(&call, fail).await.unwrap_err();
+    assert_eq!((err.reason(), err.attempts()), (GiveUp::Deadline, 1));
+
+    // The budget refuses every retry.
+    let (r3, _) = retrier(3);
+    let spent = r3.with_budget(
+        RetryBudget::builder()
+            .ratio(0.0)
+            .min_per_sec(0)
+            .build()
+            .unwrap(),
+    );
+    let err = spent
+        .call_reporting(&Call::idempotent(), fail)
+        .await
+        .unwrap_err();
+    assert_eq!((err.reason(), err.attempts()), (GiveUp::Budget, 1));
+    let stats = spent.stats();
+    assert_eq!((stats.budget, stats.attempts), (1, 1));
 }

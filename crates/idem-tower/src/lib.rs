@@ -122,7 +122,7 @@
 //! | file | what |
 //! |---|---|
 //! | `server/` | [`IdemLayer`], [`IdemService`] |
-//! | `client/` | [`RetryLayer`], [`RetryService`], [`ClientStats`] |
+//! | `client/` | [`RetryLayer`], [`RetryService`], [`CallFailed`], [`ClientStats`] |
 //! | `stored.rs`, `body.rs` | [`StoredResponse`], [`ReplayBody`], body types |
 //! | `key_header.rs`, `tenant.rs`, `writes.rs` | [`key_from_headers`], [`Tenant`], [`Writes`] |
 //! | `protocol.rs`, `reject.rs`, [`headers`] | gRPC vs HTTP, error rendering, header names |
@@ -150,8 +150,8 @@ mod writes;
 pub use body::{ReplayBody, RequestBody, ResendableBody, ResponseBody};
 pub use client::stats::{KEYS_GENERATED_TOTAL, LABEL_REASON, RETRIES_TOTAL};
 pub use client::{
-    AttemptTimedOut, CallReport, ClientStats, Failure, MissingKey, RetryFuture, RetryLayer,
-    RetryLayerBuilder, RetryService, DEFAULT_CALL_TIMEOUT,
+    AttemptTimedOut, CallFailed, CallReport, ClientStats, Failure, MissingKey, RetryFuture,
+    RetryLayer, RetryLayerBuilder, RetryService, DEFAULT_CALL_TIMEOUT,
 };
 pub use decision::Deduplicated;
 pub use key_header::{key_from_headers, KeyHeaderError};

@@ -97,9 +97,8 @@ pub(crate) fn response_status(
         Protocol::Grpc if http_status == 200 => {
             let code = grpc_code(headers, trailers);
             let message = trailers
-                .and_then(tonic::Status::from_header_map)
-                .or_else(|| tonic::Status::from_header_map(headers))
-                .map(|s| s.message().to_owned())
+                .and_then(grpc_message)
+                .or_else(|| grpc_message(headers))
                 .unwrap_or_default();
             (code, message)
         }
@@ -124,6 +123,18 @@ pub(crate) fn response_status(
         status = status.with_retry_after(after);
     }
     status
+}
+
+/// The percent-decoded `grpc-message` of a map that has a `grpc-status`. Hands tonic only those
+/// two headers: its `Status::from_header_map` panics on a `grpc-status-details-bin` that is not
+/// base64, and a server's bad header must not crash the client.
+fn grpc_message(map: &HeaderMap) -> Option<String> {
+    let mut two = HeaderMap::with_capacity(2);
+    two.insert(headers::GRPC_STATUS, map.get(headers::GRPC_STATUS)?.clone());
+    if let Some(m) = map.get("grpc-message") {
+        two.insert("grpc-message", m.clone());
+    }
+    tonic::Status::from_header_map(&two).map(|s| s.message().to_owned())
 }
 
 /// gRPC's mapping of HTTP statuses seen instead of a gRPC response.

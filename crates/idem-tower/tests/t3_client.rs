@@ -1,6 +1,7 @@
 //! T3, R6, S2: the client layer against a scripted server that fails in each way in turn —
 //! transport error, UNAVAILABLE, RESOURCE_EXHAUSTED with pushback, an answer slower than the
-//! attempt timeout — on tokio's paused clock.
+//! attempt timeout — on tokio's paused clock; and what a caller is told when the layer gives up
+//! (`CallFailed`: why, after how many attempts, with which key).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,9 +9,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response};
 use http_body_util::{BodyExt, Full};
-use idem_retry::{FixedRandom, RetryBudget, RetryPolicy};
+use idem_core::{Code, Reason};
+use idem_retry::{FixedRandom, GiveUp, RetryBudget, RetryPolicy};
 use idem_tower::{
-    parse_grpc_timeout, BoxError, CallReport, Failure, MissingKey, ReplayBody, RetryLayer, Writes,
+    parse_grpc_timeout, AttemptTimedOut, BoxError, CallFailed, CallReport, Failure, MissingKey,
+    ReplayBody, RetryLayer, Writes,
 };
 use parking_lot_free::Log;
 use tower::{Layer, ServiceExt};
@@ -120,6 +123,14 @@ fn layer(max_attempts: u32) -> RetryLayer {
         .build()
 }
 
+/// The `CallFailed` a give-up's error downcasts to.
+fn call_failed(err: BoxError) -> Box<CallFailed> {
+    match err.downcast::<CallFailed>() {
+        Ok(failed) => failed,
+        Err(other) => panic!("not a CallFailed: {other}"),
+    }
+}
+
 fn grpc_request(path: &str) -> Request<Full<Bytes>> {
     Request::post(format!("http://shop{path}"))
         .header("content-type", "application/grpc")
@@ -207,21 +218,32 @@ async fn t3_client_never_retries_a_write_without_key_s2() {
         .missing_key(MissingKey::SendOnce)
         .build();
     let svc = layer.layer(scripted(vec![Step::Grpc(14, None), Step::Ok], log.clone()));
-    let resp = svc
+    let err = svc
         .oneshot(grpc_request("/shop.v1.Shop/CreateOrder"))
         .await
-        .unwrap();
-    assert_eq!(resp.headers()["grpc-status"], "14");
+        .unwrap_err();
+    let failed = call_failed(err);
+    assert_eq!(
+        (failed.reason(), failed.attempts()),
+        (GiveUp::NotRetryable, 1)
+    );
+    assert_eq!(failed.key(), None);
+    assert_eq!(failed.response().unwrap().headers()["grpc-status"], "14");
     assert_eq!(log.all().len(), 1);
     assert!(log.all()[0].get("x-idempotency-key").is_none());
 
     // A transport error on it is returned as the error, after one attempt.
     let log = Arc::new(Log::default());
     let svc = layer.layer(scripted(vec![Step::Reset, Step::Ok], log.clone()));
-    assert!(svc
-        .oneshot(grpc_request("/shop.v1.Shop/CreateOrder"))
-        .await
-        .is_err());
+    let failed = call_failed(
+        svc.oneshot(grpc_request("/shop.v1.Shop/CreateOrder"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        (failed.reason(), failed.attempts()),
+        (GiveUp::NotRetryable, 1)
+    );
     assert_eq!(log.all().len(), 1);
 }
 
@@ -229,11 +251,17 @@ async fn t3_client_never_retries_a_write_without_key_s2() {
 async fn t3_client_permanent_failure_is_returned_at_once() {
     let log = Arc::new(Log::default());
     let svc = layer(5).layer(scripted(vec![Step::Grpc(3, None), Step::Ok], log.clone()));
-    let resp = svc
-        .oneshot(grpc_request("/shop.v1.Shop/CreateOrder"))
-        .await
-        .unwrap();
-    assert_eq!(resp.headers()["grpc-status"], "3");
+    let failed = call_failed(
+        svc.oneshot(grpc_request("/shop.v1.Shop/CreateOrder"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        (failed.reason(), failed.attempts()),
+        (GiveUp::NotRetryable, 1)
+    );
+    assert_eq!(failed.code(), Code::InvalidArgument);
+    assert_eq!(failed.response().unwrap().headers()["grpc-status"], "3");
     assert_eq!(log.all().len(), 1);
 }
 
@@ -253,11 +281,19 @@ async fn t3_client_reads_get_no_key_and_are_retried() {
 async fn t3_client_last_attempt_timing_out_is_deadline_exceeded() {
     let log = Arc::new(Log::default());
     let svc = layer(2).layer(scripted(vec![Step::Slow], log.clone()));
-    let resp = svc
+    let err = svc
         .oneshot(grpc_request("/shop.v1.Shop/CreateOrder"))
         .await
+        .unwrap_err();
+    // What a tonic client makes of it: DEADLINE_EXCEEDED, with the give-up as its source.
+    let status = tonic::Status::from_error(err);
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
+    let failed = std::error::Error::source(&status)
+        .and_then(|e| e.downcast_ref::<CallFailed>())
         .unwrap();
-    assert_eq!(resp.headers()["grpc-status"], "4");
+    assert_eq!((failed.reason(), failed.attempts()), (GiveUp::Attempts, 2));
+    assert_eq!(failed.code(), Code::DeadlineExceeded);
+    assert!(failed.response().is_none());
     assert_eq!(log.all().len(), 2);
 }
 
@@ -293,4 +329,146 @@ async fn t3_client_http_statuses_and_retry_after() {
     assert!(seen.iter().all(|h| h["idempotency-key"] == key.as_str()));
     assert_eq!(layer.stats().retries(Failure::Unavailable), 1);
     assert_eq!(layer.stats().retries(Failure::ResourceExhausted), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn t3_give_up_error_says_why_and_after_how_many_attempts() {
+    // Every attempt UNAVAILABLE: no attempts left after 3.
+    let log = Arc::new(Log::default());
+    let svc = layer(3).layer(scripted(vec![Step::Grpc(14, None)], log.clone()));
+    let failed = call_failed(
+        svc.oneshot(grpc_request("/shop.v1.Shop/CreateOrder"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((failed.reason(), failed.attempts()), (GiveUp::Attempts, 3));
+    assert_eq!(failed.code(), Code::Unavailable);
+    let key = failed.key().expect("a generated key").clone();
+    assert!(log
+        .all()
+        .iter()
+        .all(|h| h["x-idempotency-key"] == key.as_str()));
+    assert_eq!(failed.report().attempts, 3);
+    assert_eq!(
+        failed.to_string(),
+        "gave up after 3 attempts (no attempts were left): UNAVAILABLE: "
+    );
+    let response = failed.into_response().unwrap();
+    assert_eq!(response.headers()["grpc-status"], "14");
+    assert!(response.extensions().get::<CallReport>().is_none());
+
+    // The budget refuses every retry: one attempt.
+    let spent = RetryLayer::builder()
+        .budget(
+            RetryBudget::builder()
+                .ratio(0.0)
+                .min_per_sec(0)
+                .build()
+                .unwrap(),
+        )
+        .build();
+    let svc = spent.layer(scripted(vec![Step::Grpc(14, None)], Arc::default()));
+    let failed = call_failed(
+        svc.oneshot(grpc_request("/shop.v1.Shop/GetBook"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((failed.reason(), failed.attempts()), (GiveUp::Budget, 1));
+    assert_eq!(failed.key(), None, "a read carries no key");
+
+    // The deadline (100 ms) leaves no room for the second backoff (40 ms) plus a 50 ms attempt.
+    let short = RetryLayer::builder()
+        .policy(
+            RetryPolicy::builder()
+                .max_attempts(5)
+                .random_source(FixedRandom::new(0.5))
+                .build()
+                .unwrap(),
+        )
+        .call_timeout(Duration::from_millis(100))
+        .build();
+    let svc = short.layer(scripted(vec![Step::Grpc(14, None)], Arc::default()));
+    let failed = call_failed(
+        svc.oneshot(grpc_request("/shop.v1.Shop/GetBook"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((failed.reason(), failed.attempts()), (GiveUp::Deadline, 2));
+
+    // Transport errors to the end: the last one is the source, an unknown outcome (S3).
+    let svc = layer(2).layer(scripted(vec![Step::Reset], Arc::default()));
+    let failed = call_failed(
+        svc.oneshot(grpc_request("/shop.v1.Shop/CreateOrder"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((failed.reason(), failed.attempts()), (GiveUp::Attempts, 2));
+    assert_eq!(failed.status().reason(), Some(&Reason::UNKNOWN_OUTCOME));
+    let io = std::error::Error::source(&*failed)
+        .and_then(|e| e.downcast_ref::<std::io::Error>())
+        .unwrap();
+    assert_eq!(io.kind(), std::io::ErrorKind::ConnectionReset);
+
+    // HTTP: the problem response stays readable; a timeout's source is AttemptTimedOut.
+    let svc = layer(2).layer(scripted(vec![Step::Http(503, None)], Arc::default()));
+    let req = Request::post("http://shop/orders")
+        .body(Full::new(Bytes::from_static(b"sku=book-42")))
+        .unwrap();
+    let failed = call_failed(svc.oneshot(req).await.unwrap_err());
+    assert_eq!((failed.reason(), failed.attempts()), (GiveUp::Attempts, 2));
+    assert_eq!(failed.into_response().unwrap().status(), 503);
+    let svc = layer(1).layer(scripted(vec![Step::Slow], Arc::default()));
+    let req = Request::get("http://shop/orders/7")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let failed = call_failed(svc.oneshot(req).await.unwrap_err());
+    assert_eq!((failed.reason(), failed.attempts()), (GiveUp::Attempts, 1));
+    let timed_out = std::error::Error::source(&*failed)
+        .and_then(|e| e.downcast_ref::<AttemptTimedOut>())
+        .unwrap();
+    assert_eq!(timed_out.after, Duration::from_millis(200));
+}
+
+#[tokio::test(start_paused = true)]
+async fn t3_tonic_client_reads_the_give_up_from_the_status_source() {
+    use idem_shop::pb::shop_client::ShopClient;
+    use idem_shop::pb::CreateOrderRequest;
+
+    // A gRPC server that always answers UNAVAILABLE (trailers-only), with a reason.
+    let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let seen = calls.clone();
+    let server = tower::service_fn(move |_req: Request<tonic::body::Body>| {
+        seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async move {
+            let mut r = grpc_response(14, None);
+            r.headers_mut()
+                .insert("grpc-message", "stock%20service%20down".parse().unwrap());
+            r.headers_mut()
+                .insert("idem-reason", "UPSTREAM_UNAVAILABLE".parse().unwrap());
+            Ok::<_, BoxError>(r)
+        }
+    });
+    let mut client = ShopClient::new(layer(3).layer(server));
+    let status = client
+        .create_order(CreateOrderRequest {
+            intent_id: "checkout-7".into(),
+            sku: "book-42".into(),
+            quantity: 1,
+        })
+        .await
+        .unwrap_err();
+    // The server's own status, as tonic would have read it without the layer...
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+    assert_eq!(status.message(), "stock service down");
+    assert_eq!(
+        status.metadata().get("idem-reason").unwrap(),
+        "UPSTREAM_UNAVAILABLE"
+    );
+    // ...and the layer's give-up as its source.
+    let failed = std::error::Error::source(&status)
+        .and_then(|e| e.downcast_ref::<CallFailed>())
+        .expect("the CallFailed is the status's source");
+    assert_eq!((failed.reason(), failed.attempts()), (GiveUp::Attempts, 3));
+    assert!(failed.key().is_some());
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
 }

@@ -37,7 +37,9 @@ pub(crate) struct ClientConfig {
 }
 
 /// A tower [`Layer`] for clients: one key per logical write, the same key on every attempt,
-/// retries decided by idem-retry (SPEC T3, R1–R6). See [`RetryService`].
+/// retries decided by idem-retry, the server's pushback obeyed (SPEC T3, R1–R6, R8). A success
+/// carries a [`CallReport`](crate::CallReport); a call given up on ends in a
+/// [`CallFailed`](crate::CallFailed) error. See [`RetryService`].
 ///
 /// Clones share the retrier, its [`RetryBudget`] and the counters ([`stats`](Self::stats)).
 ///
@@ -46,7 +48,7 @@ pub(crate) struct ClientConfig {
 /// | setting | default | SPEC |
 /// |---|---|---|
 /// | [`policy`](RetryLayerBuilder::policy) | [`RetryPolicy::default`]: 3 attempts, 20 ms, ×2, 1 s cap, ±20%, 50 ms minimum attempt | R1, R3 |
-/// | [`budget`](RetryLayerBuilder::budget) | [`RetryBudget::new`]: 10% of calls, 10 retries/s floor, 10 s window | R5 |
+/// | [`budget`](RetryLayerBuilder::budget) | [`RetryBudget::new`]: 10% of calls, a floor of 10 retries/s (bursts of at most 10), 10 s window | R5 |
 /// | [`writes`](RetryLayerBuilder::writes) | HTTP `POST`/`PATCH`; no gRPC method ([`Writes`]) | T3 |
 /// | [`call_timeout`](RetryLayerBuilder::call_timeout) | the request's `grpc-timeout`, else 10 s | T3 |
 /// | [`attempt_timeout`](RetryLayerBuilder::attempt_timeout) | none: an attempt may use all the time left | T3 |

@@ -1,6 +1,9 @@
-//! The client side: one key per logical write, retries by idem-retry (SPEC T3, R1–R6).
+//! The client side: one key per logical write, retries by idem-retry, pushback obeyed (SPEC T3,
+//! R1–R6, R8).
 
+mod error;
 mod layer;
+mod pushback;
 pub(crate) mod stats;
 
 use std::fmt;
@@ -18,10 +21,13 @@ use idem_core::{Code, Deadline, IdempotencyKey, Reason, Status};
 use idem_retry::{Attempt, Call, Classify};
 use tower::{Service, ServiceExt};
 
+pub use error::CallFailed;
 pub use layer::{MissingKey, RetryLayer, RetryLayerBuilder, DEFAULT_CALL_TIMEOUT};
 pub use stats::{ClientStats, Failure};
 
 use crate::body::{ReplayBody, ResendableBody};
+use crate::client::error::tonic_status;
+use crate::client::pushback::Pushback;
 use crate::protocol::response_status;
 use crate::{
     format_grpc_timeout, headers, key_from_headers, parse_grpc_timeout, BoxError, Protocol,
@@ -41,12 +47,26 @@ use crate::{
 ///    whole, so its `grpc-status` trailer can be read (meant for unary calls).
 /// 4. After a failure — a gRPC status, an HTTP status, a transport error (an unknown outcome,
 ///    SPEC S3) or the attempt timing out — the [`Retrier`](idem_retry::Retrier) decides (R2, R3,
-///    R5): pushback (`grpc-retry-pushback-ms`, `Retry-After`) replaces the backoff, the shared
-///    budget can refuse.
+///    R5, R8), the shared budget can refuse, and the server's pushback is obeyed (below).
 ///
-/// The caller gets the last attempt's response (its own `grpc-status`), or the transport error.
-/// A gRPC attempt that timed out with no time left becomes a `DEADLINE_EXCEEDED` status. The
-/// response carries a [`CallReport`] extension.
+/// A success is the last attempt's response, with a [`CallReport`] extension (attempts, key).
+/// Anything else is an error that downcasts to [`CallFailed`]: why the layer gave up, after how
+/// many attempts, the key, the last failure's status and the last response if there was one.
+/// tonic clients get the server's own `tonic::Status`, whose source is the `CallFailed`.
+///
+/// # Pushback (SPEC R8, T6)
+///
+/// | the failed response carries | the next attempt |
+/// |---|---|
+/// | `grpc-retry-pushback-ms: N` (one non-negative integer) | after exactly `N` ms (no jitter, no cap); the backoff after it starts again at the base delay |
+/// | `grpc-retry-pushback-ms` negative, malformed (`xxx`, empty) or repeated | none: the call ends, [`GiveUp::Pushback`](idem_retry::GiveUp::Pushback) |
+/// | no pushback header, a `google.rpc.RetryInfo` in `grpc-status-details-bin` | after exactly its `retry_delay`, as a pushback |
+/// | both | the `grpc-retry-pushback-ms` header wins (it is the one gRPC A6 defines) |
+/// | HTTP `Retry-After` (seconds or an HTTP-date) | after that long, as a pushback |
+/// | none of these, or a zero delay | the policy's backoff |
+///
+/// A pushback still counts against the deadline (a wait that would overrun it ends the call) and
+/// the budget. `RetryInfo` that does not decode is ignored, never a reason to stop.
 ///
 /// # Cancellation safety
 ///
@@ -70,7 +90,8 @@ impl<S> RetryService<S> {
     }
 }
 
-/// Put in the extensions of every response the client layer returns: how the call went.
+/// Put in the extensions of every successful response the client layer returns: how the call
+/// went. A call that failed reports the same through [`CallFailed::report`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallReport {
     /// Attempts made, first included.
@@ -79,8 +100,8 @@ pub struct CallReport {
     pub key: Option<IdempotencyKey>,
 }
 
-/// The error of a call whose last HTTP attempt timed out (gRPC calls get a `DEADLINE_EXCEEDED`
-/// response instead).
+/// The source of a [`CallFailed`] whose last HTTP attempt timed out (on gRPC the source is a
+/// `DEADLINE_EXCEEDED` `tonic::Status` instead).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptTimedOut {
     /// How long the attempt was given.
@@ -127,12 +148,15 @@ where
 /// One attempt's failure, as the retrier classifies it.
 struct AttemptError {
     status: Status,
+    /// The server's pushback: for gRPC read by [`Pushback::of_grpc`], for HTTP `Retry-After`.
+    pushback: Pushback,
     kind: Failure,
     outcome: Failed,
 }
 
 enum Failed {
-    Response(Box<Response<ReplayBody>>),
+    /// The server answered; for gRPC, with the `tonic::Status` its trailers hold.
+    Response(Box<Response<ReplayBody>>, Option<tonic::Status>),
     Transport(BoxError),
     Timeout(Duration),
 }
@@ -145,7 +169,13 @@ impl Classify for AttemptError {
         self.status.reason()
     }
     fn retry_after(&self) -> Option<Duration> {
-        self.status.retry_after()
+        match self.pushback {
+            Pushback::After(d) => Some(d),
+            Pushback::None | Pushback::Stop => None,
+        }
+    }
+    fn forbids_retry(&self) -> bool {
+        self.pushback == Pushback::Stop
     }
 }
 
@@ -212,7 +242,7 @@ where
     let attempt_timeout = cfg.attempt_timeout;
     let result = layer
         .retrier
-        .call(&call, |attempt: Attempt| {
+        .call_reporting(&call, |attempt: Attempt| {
             attempts.fetch_add(1, Relaxed);
             if attempt.is_retry() {
                 let why = Failure::ALL
@@ -251,21 +281,15 @@ where
         attempts: u32::try_from(attempts.load(Relaxed)).unwrap_or(u32::MAX),
         key: call.key().cloned(),
     };
-    let mut response = match result {
-        Ok(r) => r,
-        Err(AttemptError {
-            outcome, status, ..
-        }) => match outcome {
-            Failed::Response(r) => *r,
-            Failed::Transport(e) => return Err(e),
-            Failed::Timeout(after) => match protocol {
-                Protocol::Grpc => crate::reject::render(protocol, &status, None),
-                Protocol::Http => return Err(Box::new(AttemptTimedOut { after })),
-            },
-        },
-    };
-    response.extensions_mut().insert(report);
-    Ok(response)
+    match result {
+        Ok(mut response) => {
+            response.extensions_mut().insert(report);
+            Ok(response)
+        }
+        Err(gave_up) => Err(Box::new(CallFailed::from_give_up(
+            protocol, report, gave_up,
+        ))),
+    }
 }
 
 async fn one_attempt<S, B, ResB>(
@@ -299,6 +323,7 @@ where
                         time.as_millis()
                     ),
                 ),
+                pushback: Pushback::None,
                 kind: Failure::Timeout,
                 outcome: Failed::Timeout(time),
             })
@@ -310,16 +335,30 @@ where
         &parts.headers,
         trailers.as_ref(),
     );
-    let response = Response::from_parts(parts, ReplayBody::new(bytes, trailers));
     if status.code() == Code::Ok {
-        Ok(response)
-    } else {
-        Err(AttemptError {
-            kind: Failure::from_code(status.code()),
-            status,
-            outcome: Failed::Response(Box::new(response)),
-        })
+        return Ok(Response::from_parts(
+            parts,
+            ReplayBody::new(bytes, trailers),
+        ));
     }
+    let (status, pushback, grpc) = match protocol {
+        Protocol::Grpc => {
+            let pushback = Pushback::of_grpc(&parts.headers, trailers.as_ref());
+            let grpc = tonic_status(&parts.headers, trailers.as_ref(), &status);
+            (pushback.apply_to(status), pushback, Some(grpc))
+        }
+        Protocol::Http => {
+            let pushback = status.retry_after().map_or(Pushback::None, Pushback::After);
+            (status, pushback, None)
+        }
+    };
+    let response = Response::from_parts(parts, ReplayBody::new(bytes, trailers));
+    Err(AttemptError {
+        kind: Failure::from_code(status.code()),
+        status,
+        pushback,
+        outcome: Failed::Response(Box::new(response), grpc),
+    })
 }
 
 /// A transport error: the request may or may not have reached the server (SPEC S3), so it is
@@ -329,6 +368,7 @@ fn transport<E: Into<BoxError>>(e: E) -> AttemptError {
     AttemptError {
         status: Status::new(Code::Unavailable, format!("transport error: {e}"))
             .with_reason(Reason::UNKNOWN_OUTCOME),
+        pushback: Pushback::None,
         kind: Failure::Transport,
         outcome: Failed::Transport(e),
     }

@@ -4,7 +4,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use idem_core::CodeSet;
+use idem_core::{Code, CodeSet};
 
 use crate::Engine;
 
@@ -40,6 +40,15 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+/// The codes a client retries (SPEC R2), never cacheable (SPEC E13): the retry would get the
+/// stored failure back. [`EngineBuilder::cache_failures`] refuses them.
+const RETRYABLE: [Code; 4] = [
+    Code::Unavailable,
+    Code::ResourceExhausted,
+    Code::DeadlineExceeded,
+    Code::Aborted,
+];
 
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -177,9 +186,31 @@ impl<V> EngineBuilder<V> {
     }
 
     /// Cache action failures whose code is in `codes` for `ttl` (SPEC E3, E13): permanent,
-    /// deterministic failures such as `FAILED_PRECONDITION` or `INVALID_ARGUMENT`. Never list a
-    /// transient code such as `UNAVAILABLE`: the retry would replay the outage. Panics and lease
-    /// expiries are never cached. Default: no failure is cached.
+    /// deterministic failures such as `FAILED_PRECONDITION` or `INVALID_ARGUMENT`. Panics and
+    /// lease expiries are never cached. Default: no failure is cached.
+    ///
+    /// The codes a client retries (`UNAVAILABLE`, `RESOURCE_EXHAUSTED`, `DEADLINE_EXCEEDED`,
+    /// `ABORTED`) are refused by [`build`](Self::build) with [`ConfigError::Invalid`]: a cached
+    /// failure is replayed to the retry, which would then get the outage back instead of a
+    /// second try. So is `OK`, which is not a failure. `INTERNAL` and `UNKNOWN` are accepted:
+    /// clients do not retry them unless told the failure is transient.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use idem_core::{Code, CodeSet};
+    /// use idem_dedup::Engine;
+    /// use std::time::Duration;
+    ///
+    /// let minute = Duration::from_secs(60);
+    /// let permanent = CodeSet::EMPTY.with(Code::FailedPrecondition).with(Code::InvalidArgument);
+    /// assert!(Engine::<u32>::builder().cache_failures(permanent, minute).build().is_ok());
+    ///
+    /// let outages = permanent.with(Code::Unavailable);
+    /// let err = Engine::<u32>::builder().cache_failures(outages, minute).build().unwrap_err();
+    /// assert!(err.to_string().contains("UNAVAILABLE"));
+    /// # }
+    /// ```
     pub const fn cache_failures(mut self, codes: CodeSet, ttl: Duration) -> Self {
         self.cfg.cached_failures = codes;
         self.cfg.failure_ttl = ttl;
@@ -220,8 +251,21 @@ impl<V> EngineBuilder<V> {
                 "cache_failures needs a ttl greater than zero",
             ));
         }
-        if c.cached_failures.contains(idem_core::Code::Ok) {
-            return Err(ConfigError::Invalid("cache_failures must not contain OK"));
+        if c.cached_failures.contains(Code::Ok) {
+            return Err(ConfigError::Invalid(
+                "cache_failures must not contain OK: it caches failures, and OK is not one",
+            ));
+        }
+        if RETRYABLE
+            .iter()
+            .any(|&code| c.cached_failures.contains(code))
+        {
+            return Err(ConfigError::Invalid(
+                "cache_failures must not contain a code that clients retry (UNAVAILABLE, \
+                 RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED, ABORTED): the retry would get the \
+                 cached failure replayed instead of a new try, so a passing outage would last \
+                 the whole failure ttl",
+            ));
         }
         // Delays beyond ~2 years overflow tokio's timer wheel.
         let max = Duration::from_secs(60 * 60 * 24 * 365 * 2);

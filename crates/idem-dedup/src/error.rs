@@ -52,7 +52,10 @@ pub enum DedupError {
         /// When to try again.
         retry_after: Duration,
     },
-    /// The run passed `in_flight_timeout` and was cancelled (SPEC E6).
+    /// The run passed `in_flight_timeout` (SPEC E6): it was cancelled, or it completed only after
+    /// the engine had ended it at its lease, and its result was not stored. Either way nothing is
+    /// stored and every caller of the run, its leader included, gets this error; a retry with the
+    /// same key runs the action again.
     LeaseExpired {
         /// The lease that ran out.
         after: Duration,
@@ -146,7 +149,7 @@ impl fmt::Display for DedupError {
             ),
             DedupError::LeaseExpired { after } => write!(
                 f,
-                "action passed its in-flight lease of {} ms and was cancelled (E6)",
+                "action passed its in-flight lease of {} ms and its result was not stored (E6); retry with the same key",
                 after.as_millis()
             ),
             DedupError::Abandoned => {

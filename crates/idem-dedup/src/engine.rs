@@ -14,7 +14,7 @@ use idem_core::{Deadline, Fingerprint, Scope, Status};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::Instant;
 
-use crate::config::{Config, EngineBuilder, InFlightPolicy};
+use crate::config::{Config, EngineBuilder, InFlightPolicy, Weigher};
 use crate::entry::EntryInfo;
 use crate::entry::{InFlight, State};
 use crate::hash::ScopeHasher;
@@ -35,6 +35,9 @@ pub(crate) struct Shared {
     /// actors write it for every new key and every expiry, and every call reads the fields
     /// beside it (`shutting_down`, the clock).
     pub(crate) entries: CachePadded<AtomicUsize>,
+    /// Weight of the stored values over all shards, with a weigher (SPEC E16). Written when a
+    /// shard stores or removes values (once per turn), on a line of its own.
+    pub(crate) bytes: CachePadded<AtomicUsize>,
     pub(crate) shutting_down: AtomicBool,
     /// Replays answered from the read path, without a message (summed into `stats().replayed`).
     pub(crate) fast_replays: Striped,
@@ -146,11 +149,17 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         EngineBuilder::new()
     }
 
-    pub(crate) fn start(cfg: Config, handle: tokio::runtime::Handle) -> Self {
+    /// Starts the shard actors on `handle`, with `weigher` for a byte budget (SPEC E16).
+    pub(crate) fn launch(
+        cfg: Config,
+        weigher: Option<Weigher<V>>,
+        handle: tokio::runtime::Handle,
+    ) -> Self {
         let cfg = Arc::new(cfg);
         let shared = Arc::new(Shared {
             counters: (0..cfg.shards).map(|_| ShardCounters::default()).collect(),
             entries: CachePadded::new(AtomicUsize::new(0)),
+            bytes: CachePadded::new(AtomicUsize::new(0)),
             shutting_down: AtomicBool::new(false),
             fast_replays: Striped::default(),
             fast_joins: Striped::default(),
@@ -173,6 +182,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
                     table.clone(),
                     cfg.clone(),
                     shared.clone(),
+                    weigher.clone(),
                 );
                 handle.spawn(shard.run());
                 tx

@@ -121,6 +121,7 @@ mod join;
 mod message;
 pub mod metrics;
 mod outcome;
+mod quota;
 pub mod remote;
 mod run;
 mod shard;

@@ -9,12 +9,13 @@ use hashbrown::hash_table::{Entry as Slot, HashTable, VacantEntry};
 use idem_core::{Fingerprint, Scope};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::config::{Config, InFlightPolicy};
+use crate::config::{Config, InFlightPolicy, Weigher};
 use crate::engine::Shared;
 use crate::entry::{Entry, InFlight, Spares, State, StoredScope};
 use crate::inbox::{Inbox, Report};
 use crate::join::JoinCell;
 use crate::message::{Msg, Reply, RunEnd};
+use crate::quota::{Quota, Refusal};
 use crate::tally::{Publisher, Tally};
 use crate::wheel::{Clock, Kind, Nanos, Wheel};
 use crate::{DedupError, Outcome, OutcomeKind};
@@ -42,6 +43,8 @@ pub(crate) struct Shard<V> {
     published: SharedTable<V>,
     /// Removed entries' boxes, reused for new keys.
     spares: Spares<V>,
+    /// Weighs stored values for the byte budget (SPEC E16).
+    weigher: Option<Weigher<V>>,
     core: Core,
     publisher: Publisher,
 }
@@ -57,6 +60,11 @@ struct Core {
     tally: Tally,
     /// Entries removed since the engine-wide count was last updated (see `flush_released`).
     released: usize,
+    /// Bytes stored and removed since the engine-wide byte count was last updated.
+    added_bytes: usize,
+    released_bytes: usize,
+    /// The byte budget's and the tenants' shares of this shard (SPEC E16).
+    quota: Quota,
     /// The clock when the current turn began.
     turn_now: Nanos,
 }
@@ -69,8 +77,10 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         published: SharedTable<V>,
         cfg: Arc<Config>,
         shared: Arc<Shared>,
+        weigher: Option<Weigher<V>>,
     ) -> Self {
         let clock = shared.clock;
+        let quota = Quota::new(&cfg);
         Shard {
             index,
             rx,
@@ -79,6 +89,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
             table: HashTable::new(),
             published,
             spares: Spares::new(),
+            weigher,
             core: Core {
                 wheel: Wheel::new(clock),
                 clock,
@@ -87,6 +98,9 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                 next_token: 0,
                 tally: Tally::default(),
                 released: 0,
+                added_bytes: 0,
+                released_bytes: 0,
+                quota,
                 turn_now: 0,
             },
             publisher: Publisher::new(index),
@@ -213,7 +227,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                         // Gone, as the look-up says: its room is free before the answer
                         // (SPEC E2, E7), rather than when the timer comes round to it.
                         let (e, _) = occ.remove();
-                        drop(self.spares.keep(e));
+                        drop(take(&mut self.spares, &mut self.core, &self.weigher, e));
                         self.core.expire_one();
                         self.core.flush_released();
                         None
@@ -234,7 +248,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                             self.core.tally.abandoned += 1;
                         }
                         // Its timers stay queued and are dropped as stale when they come up.
-                        let state = self.spares.keep(e);
+                        let state = take(&mut self.spares, &mut self.core, &self.weigher, e);
                         self.core.release(state, || DedupError::Abandoned);
                         true
                     }
@@ -256,30 +270,30 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         fingerprint: Fingerprint,
         reply: oneshot::Sender<Reply<V>>,
     ) {
-        let Some((scope, reply)) = self.begin(hash, scope, fingerprint, reply) else {
+        let Some((scope, reply, why)) = self.begin(hash, scope, fingerprint, reply) else {
             return;
         };
-        // Full (SPEC E7). Results of this shard's own that are past their expiry but not swept
-        // yet (the timer fires a moment after the deadline) take no room: expire them and ask
-        // again. Nothing unexpired is ever evicted.
+        // Full, or the tenant at its share (SPEC E7, E16). Results of this shard's own that are
+        // past their expiry but not swept yet (the timer fires a moment after the deadline)
+        // take no room: expire them and ask again. Nothing unexpired is ever evicted.
         if self.expire_due(self.core.clock.now()) > 0 {
-            if let Some((_, reply)) = self.begin(hash, scope, fingerprint, reply) {
-                self.core.refuse(reply);
+            if let Some((_, reply, why)) = self.begin(hash, scope, fingerprint, reply) {
+                self.core.refuse(reply, why);
             }
         } else {
-            self.core.refuse(reply);
+            self.core.refuse(reply, why);
         }
     }
 
-    /// Answers a `Begin`, or hands its scope and reply back when the engine is full and the
-    /// scope new.
+    /// Answers a `Begin`, or hands its scope and reply back when the scope is new and may not
+    /// be admitted, with why.
     fn begin(
         &mut self,
         hash: u64,
         scope: Scope,
         fingerprint: Fingerprint,
         reply: oneshot::Sender<Reply<V>>,
-    ) -> Option<(Scope, oneshot::Sender<Reply<V>>)> {
+    ) -> Option<(Scope, oneshot::Sender<Reply<V>>, Refusal)> {
         let slot = self.table.entry(hash, |e| e.scope.is(&scope), |e| e.hash);
         let mut occ = match slot {
             Slot::Vacant(vacant) => {
@@ -294,7 +308,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         let now = self.core.clock.now();
         if occ.get().is_expired(now) {
             let (old, vacant) = occ.remove();
-            drop(self.spares.keep(old));
+            drop(take(&mut self.spares, &mut self.core, &self.weigher, old));
             self.core.expire_one();
             let spares = &mut self.spares;
             return self
@@ -364,7 +378,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         };
         let Some((at, ttl)) = cached else {
             let (e, _) = occ.remove();
-            let e = self.spares.keep(e);
+            let e = take(&mut self.spares, core, &self.weigher, e);
             match end {
                 RunEnd::Finished(Err(status), _) => {
                     core.tally.failed += 1;
@@ -405,6 +419,11 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         let kind = if failed { Kind::FailureTtl } else { Kind::Ttl };
         core.wheel.insert(kind, expires, hash, token);
         let e = occ.get_mut();
+        if let (Some(weigh), Ok(v)) = (&self.weigher, &result) {
+            let weight = weigh(v);
+            core.quota.add_bytes(e.scope.as_bytes(), weight);
+            core.added_bytes += weight;
+        }
         let State::InFlight(f) = std::mem::replace(&mut e.state, State::Done { result, expires })
         else {
             return true;
@@ -554,7 +573,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
             }
             self.core.wheel.pop(kind);
             let (e, _) = occ.remove();
-            let e = self.spares.keep(e);
+            let e = take(&mut self.spares, &mut self.core, &self.weigher, e);
             let core = &mut self.core;
             if matches!(e, State::InFlight(_)) {
                 core.tally.lease_expired += 1;
@@ -614,11 +633,19 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         self.core.wheel.clear();
         self.core.tally.in_flight = 0;
         self.core.tally.completed = 0;
+        // The values are gone: out of the engine-wide bytes, all at once.
+        self.core.flush_released();
+        self.core
+            .shared
+            .bytes
+            .fetch_sub(self.core.quota.bytes, Relaxed);
+        self.core.quota.clear();
     }
 
     /// Publishes tallies to the atomics read by `stats()` and to the metrics facade.
     fn publish(&mut self) {
         self.core.flush_released();
+        self.core.tally.bytes = self.core.quota.bytes as u64;
         let shared = &self.core.shared;
         let t = &self.core.tally;
         self.publisher.publish(
@@ -644,16 +671,23 @@ impl Core {
         scope: Scope,
         fingerprint: Fingerprint,
         reply: oneshot::Sender<Reply<V>>,
-    ) -> Option<(Scope, oneshot::Sender<Reply<V>>)> {
-        // Bounded memory (SPEC E7): reserve a slot in the engine-wide count or refuse. Nothing is
-        // evicted to make room: evicting an unexpired result would let a duplicate run. This
-        // shard's own removals are counted out first, so it never refuses for want of room it
-        // has just freed.
+    ) -> Option<(Scope, oneshot::Sender<Reply<V>>, Refusal)> {
+        // Bounded memory (SPEC E7, E16): the tenant's share, the byte budget, then a slot in the
+        // engine-wide count, or refuse. Nothing is evicted to make room: evicting an unexpired
+        // result would let a duplicate run. This shard's own removals are counted out first, so
+        // it never refuses for want of room it has just freed.
+        if !self.quota.admits(scope.as_bytes()) {
+            return Some((scope, reply, Refusal::Tenant));
+        }
         self.flush_released();
+        if self.cfg.max_bytes != usize::MAX && self.shared.bytes.load(Relaxed) >= self.cfg.max_bytes
+        {
+            return Some((scope, reply, Refusal::Full));
+        }
         let prev = self.shared.entries.fetch_add(1, AcqRel);
         if prev >= self.cfg.max_entries {
             self.shared.entries.fetch_sub(1, Relaxed);
-            return Some((scope, reply));
+            return Some((scope, reply, Refusal::Full));
         }
         let token = self.next_token;
         self.next_token += 1;
@@ -673,6 +707,7 @@ impl Core {
             return None;
         }
         self.wheel.insert(Kind::Lease, lease_deadline, hash, token);
+        self.quota.add_entry(scope.as_bytes());
         vacant.insert(spares.boxed(Entry {
             hash,
             token,
@@ -688,12 +723,18 @@ impl Core {
         None
     }
 
-    /// Refuses a new scope: the engine is full (SPEC E7).
-    fn refuse<V>(&mut self, reply: oneshot::Sender<Reply<V>>) {
+    /// Refuses a new scope: the engine is full (SPEC E7, E16) or its tenant at its share (E16).
+    fn refuse<V>(&mut self, reply: oneshot::Sender<Reply<V>>, why: Refusal) {
+        let retry_after = self.cfg.retry_after;
         self.tally.overloaded += 1;
-        let _ = reply.send(Reply::Done(Err(DedupError::Overloaded {
-            retry_after: self.cfg.retry_after,
-        })));
+        let err = match why {
+            Refusal::Full => DedupError::Overloaded { retry_after },
+            Refusal::Tenant => {
+                self.tally.tenant_refused += 1;
+                DedupError::TenantQuotaExceeded { retry_after }
+            }
+        };
+        let _ = reply.send(Reply::Done(Err(err)));
     }
 
     /// Accounts for a stored result removed at its expiry outside a sweep.
@@ -715,6 +756,17 @@ impl Core {
             self.shared.entries.fetch_sub(self.released, Relaxed);
             self.released = 0;
         }
+        // Stored and removed weights, netted into one update (SPEC E16).
+        if self.added_bytes != self.released_bytes {
+            let bytes = &self.shared.bytes;
+            if self.added_bytes > self.released_bytes {
+                bytes.fetch_add(self.added_bytes - self.released_bytes, Relaxed);
+            } else {
+                bytes.fetch_sub(self.released_bytes - self.added_bytes, Relaxed);
+            }
+        }
+        self.added_bytes = 0;
+        self.released_bytes = 0;
     }
 
     /// Accounts for a removed entry (its state); an in-flight one's waiters get `err()`. The
@@ -734,6 +786,23 @@ impl Core {
             State::Done { .. } => self.tally.completed -= 1,
         }
     }
+}
+
+/// Takes a removed entry: counts it out of its tenant's use and its value's weight out of the
+/// byte budget (SPEC E16), and returns its state, keeping the box for reuse (see [`Spares`]).
+fn take<V>(
+    spares: &mut Spares<V>,
+    core: &mut Core,
+    weigher: &Option<Weigher<V>>,
+    e: Box<Entry<V>>,
+) -> State<V> {
+    let weight = match (weigher, &e.state) {
+        (Some(weigh), State::Done { result: Ok(v), .. }) => weigh(v),
+        _ => 0,
+    };
+    core.quota.remove(e.scope.as_bytes(), weight);
+    core.released_bytes += weight;
+    spares.keep(e)
 }
 
 /// Entries a shard expires or drops per poll before it yields to the scheduler.

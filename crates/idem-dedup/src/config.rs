@@ -2,9 +2,10 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::CodeSet;
+use idem_core::{Code, CodeSet};
 
 use crate::Engine;
 
@@ -41,6 +42,15 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// The codes a client retries (SPEC R2), never cacheable (SPEC E13): the retry would get the
+/// stored failure back. [`EngineBuilder::cache_failures`] refuses them.
+const RETRYABLE: [Code; 4] = [
+    Code::Unavailable,
+    Code::ResourceExhausted,
+    Code::DeadlineExceeded,
+    Code::Aborted,
+];
+
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) shards: usize,
@@ -53,7 +63,14 @@ pub(crate) struct Config {
     pub(crate) cached_failures: CodeSet,
     pub(crate) failure_ttl: Duration,
     pub(crate) retry_after: Duration,
+    /// `usize::MAX`: no byte budget.
+    pub(crate) max_bytes: usize,
+    /// Percent of each shard's part of the budget one tenant may hold; `None`: no limit.
+    pub(crate) tenant_share: Option<u8>,
 }
+
+/// Weighs a stored value in bytes (SPEC E16); see [`EngineBuilder::weigher`].
+pub(crate) type Weigher<V> = Arc<dyn Fn(&V) -> usize + Send + Sync>;
 
 /// Builds an [`Engine`]. Every setting has a default:
 ///
@@ -69,6 +86,8 @@ pub(crate) struct Config {
 /// | [`batch_size`](Self::batch_size) | 128 messages per drain | E8 |
 /// | [`in_flight_policy`](Self::in_flight_policy) | [`InFlightPolicy::Wait`] | E14 |
 /// | [`cache_failures`](Self::cache_failures) | none cached | E3, E13 |
+/// | [`max_bytes`](Self::max_bytes) with a [`weigher`](Self::weigher) | no byte budget | E16 |
+/// | [`tenant_share`](Self::tenant_share) | none: one tenant may fill the engine | E16 |
 /// | [`retry_after`](Self::retry_after) | 1 s | E7, E14 |
 ///
 /// ```
@@ -91,6 +110,7 @@ pub(crate) struct Config {
 /// ```
 pub struct EngineBuilder<V> {
     cfg: Config,
+    weigher: Option<Weigher<V>>,
     _v: PhantomData<fn() -> V>,
 }
 
@@ -98,6 +118,7 @@ impl<V> fmt::Debug for EngineBuilder<V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EngineBuilder")
             .field("cfg", &self.cfg)
+            .field("weigher", &self.weigher.as_ref().map(|_| "Fn(&V) -> usize"))
             .finish()
     }
 }
@@ -126,7 +147,10 @@ impl<V> EngineBuilder<V> {
                 cached_failures: CodeSet::EMPTY,
                 failure_ttl: Duration::ZERO,
                 retry_after: Duration::from_secs(1),
+                max_bytes: usize::MAX,
+                tenant_share: None,
             },
+            weigher: None,
             _v: PhantomData,
         }
     }
@@ -177,19 +201,135 @@ impl<V> EngineBuilder<V> {
     }
 
     /// Cache action failures whose code is in `codes` for `ttl` (SPEC E3, E13): permanent,
-    /// deterministic failures such as `FAILED_PRECONDITION` or `INVALID_ARGUMENT`. Never list a
-    /// transient code such as `UNAVAILABLE`: the retry would replay the outage. Panics and lease
-    /// expiries are never cached. Default: no failure is cached.
+    /// deterministic failures such as `FAILED_PRECONDITION` or `INVALID_ARGUMENT`. Panics and
+    /// lease expiries are never cached. Default: no failure is cached.
+    ///
+    /// The codes a client retries (`UNAVAILABLE`, `RESOURCE_EXHAUSTED`, `DEADLINE_EXCEEDED`,
+    /// `ABORTED`) are refused by [`build`](Self::build) with [`ConfigError::Invalid`]: a cached
+    /// failure is replayed to the retry, which would then get the outage back instead of a
+    /// second try. So is `OK`, which is not a failure. `INTERNAL` and `UNKNOWN` are accepted:
+    /// clients do not retry them unless told the failure is transient.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use idem_core::{Code, CodeSet};
+    /// use idem_dedup::Engine;
+    /// use std::time::Duration;
+    ///
+    /// let minute = Duration::from_secs(60);
+    /// let permanent = CodeSet::EMPTY.with(Code::FailedPrecondition).with(Code::InvalidArgument);
+    /// assert!(Engine::<u32>::builder().cache_failures(permanent, minute).build().is_ok());
+    ///
+    /// let outages = permanent.with(Code::Unavailable);
+    /// let err = Engine::<u32>::builder().cache_failures(outages, minute).build().unwrap_err();
+    /// assert!(err.to_string().contains("UNAVAILABLE"));
+    /// # }
+    /// ```
     pub const fn cache_failures(mut self, codes: CodeSet, ttl: Duration) -> Self {
         self.cfg.cached_failures = codes;
         self.cfg.failure_ttl = ttl;
         self
     }
 
-    /// The retry-after hint sent with `RESOURCE_EXHAUSTED` (full) and `ABORTED` (in flight, under
-    /// `Reject`). Default: 1 s.
+    /// The retry-after hint sent with `RESOURCE_EXHAUSTED` (full, or a tenant over its share)
+    /// and `ABORTED` (in flight, under `Reject`). Default: 1 s.
     pub const fn retry_after(mut self, d: Duration) -> Self {
         self.cfg.retry_after = d;
+        self
+    }
+
+    /// A byte budget for the stored values, over all shards (SPEC E16), besides
+    /// [`max_entries`](Self::max_entries); the values are weighed by the
+    /// [`weigher`](Self::weigher), which must be set with it. Default: no byte budget.
+    ///
+    /// While the stored values weigh `n` bytes or more, new scopes get
+    /// [`DedupError::Overloaded`](crate::DedupError::Overloaded) (`RESOURCE_EXHAUSTED` with the
+    /// retry-after hint); replays and joins go on, and nothing is evicted (an evicted result
+    /// would let the retry run the side effect twice).
+    ///
+    /// # Above the budget
+    ///
+    /// A value is weighed when its run completes, and a run admitted while there was room
+    /// always has its value stored, returned to its leader and its waiters, and replayed, even
+    /// if it takes the total past `n`: refusing to store it would let the retry run the side
+    /// effect again. So the total may pass `n` by the values of the runs in flight when it was
+    /// reached; new scopes are refused until expiries or forgets bring it back under `n`.
+    /// Keep values small (an id and a status rather than a whole response, SPEC E11), or set a
+    /// cap in the server layer on what it stores.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use idem_dedup::Engine;
+    /// use std::sync::Arc;
+    ///
+    /// // Stored responses may take 64 MiB in all.
+    /// let engine = Engine::<Arc<[u8]>>::builder()
+    ///     .max_bytes(64 << 20)
+    ///     .weigher(|body: &Arc<[u8]>| body.len())
+    ///     .build()?;
+    /// # drop(engine);
+    /// # Ok(()) }
+    /// ```
+    pub const fn max_bytes(mut self, n: usize) -> Self {
+        self.cfg.max_bytes = n;
+        self
+    }
+
+    /// Weighs a stored value in bytes, for [`max_bytes`](Self::max_bytes) (SPEC E16), as
+    /// moka's weigher does. It is called once when a value is stored and once when it is
+    /// removed, so it must give the same weight for the same value; count what the value holds
+    /// (a body's length, say), the engine's own ~188 bytes per entry are bounded by
+    /// `max_entries`. Cached failures weigh nothing. Default: none.
+    pub fn weigher(mut self, weigher: impl Fn(&V) -> usize + Send + Sync + 'static) -> Self {
+        self.weigher = Some(Arc::new(weigher));
+        self
+    }
+
+    /// The most one tenant ([`Scope::tenant`](idem_core::Scope::tenant)) may hold, in percent of
+    /// `max_entries` and of `max_bytes` (SPEC E16). Default: none, one tenant may fill the
+    /// engine.
+    ///
+    /// A tenant at its share gets [`DedupError::TenantQuotaExceeded`](crate::DedupError::TenantQuotaExceeded)
+    /// (`RESOURCE_EXHAUSTED`, reason `TENANT_QUOTA_EXCEEDED`, with the retry-after hint) for
+    /// new scopes, while other tenants go on and its own results keep replaying. So one
+    /// tenant's flood of new keys is refused for that tenant alone, instead of filling the
+    /// engine and locking everyone out for a whole TTL.
+    ///
+    /// # Accuracy
+    ///
+    /// Each shard decides alone (SPEC E8): it limits a tenant to `percent` of its own part of
+    /// the budget (`max_entries / shards` entries, `max_bytes / shards` bytes, at least one
+    /// entry), with no shared map or lock. A tenant therefore never holds more than its share
+    /// (rounded up to a whole entry per shard, plus the value that took a shard's part past its
+    /// bytes), and a flood of new keys, which reaches every shard, holds it almost exactly; a
+    /// tenant with a few keys may be refused on a shard whose part it has used while it holds
+    /// less on the others.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use idem_core::{Code, Fingerprint, Scope};
+    /// use idem_dedup::{DedupError, Engine};
+    ///
+    /// // One shard of 10 entries; a tenant may hold 20% of them.
+    /// let engine = Engine::<u32>::builder().shards(1).max_entries(10).tenant_share(20).build()?;
+    /// let call = |tenant: &str, key: &str| {
+    ///     let scope = Scope::parse(tenant, "/shop.v1.Shop/CreateOrder", key).unwrap();
+    ///     let engine = engine.clone();
+    ///     async move { engine.execute(&scope, Fingerprint::of(b"qty=1"), || async { Ok(1) }).await }
+    /// };
+    /// call("flood", "order-0001").await?;
+    /// call("flood", "order-0002").await?;
+    /// let third = call("flood", "order-0003").await.unwrap_err();
+    /// assert!(matches!(third, DedupError::TenantQuotaExceeded { .. }));
+    /// assert_eq!(third.code(), Code::ResourceExhausted);
+    /// call("calm", "order-0001").await?; // another tenant is still served
+    /// # Ok(()) }
+    /// ```
+    pub const fn tenant_share(mut self, percent: u8) -> Self {
+        self.cfg.tenant_share = Some(percent);
         self
     }
 
@@ -220,8 +360,43 @@ impl<V> EngineBuilder<V> {
                 "cache_failures needs a ttl greater than zero",
             ));
         }
-        if c.cached_failures.contains(idem_core::Code::Ok) {
-            return Err(ConfigError::Invalid("cache_failures must not contain OK"));
+        if c.cached_failures.contains(Code::Ok) {
+            return Err(ConfigError::Invalid(
+                "cache_failures must not contain OK: it caches failures, and OK is not one",
+            ));
+        }
+        if RETRYABLE
+            .iter()
+            .any(|&code| c.cached_failures.contains(code))
+        {
+            return Err(ConfigError::Invalid(
+                "cache_failures must not contain a code that clients retry (UNAVAILABLE, \
+                 RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED, ABORTED): the retry would get the \
+                 cached failure replayed instead of a new try, so a passing outage would last \
+                 the whole failure ttl",
+            ));
+        }
+        if c.max_bytes == 0 {
+            return Err(ConfigError::Invalid("max_bytes must be at least 1"));
+        }
+        match (c.max_bytes != usize::MAX, self.weigher.is_some()) {
+            (true, false) => {
+                return Err(ConfigError::Invalid(
+                    "max_bytes needs a weigher: the engine counts the bytes the weigher gives \
+                     for each stored value",
+                ))
+            }
+            (false, true) => {
+                return Err(ConfigError::Invalid(
+                    "weigher needs max_bytes: the weights count against that budget",
+                ))
+            }
+            _ => {}
+        }
+        if matches!(c.tenant_share, Some(p) if p == 0 || p > 100) {
+            return Err(ConfigError::Invalid(
+                "tenant_share is a percent of the budget, in 1..=100",
+            ));
         }
         // Delays beyond ~2 years overflow tokio's timer wheel.
         let max = Duration::from_secs(60 * 60 * 24 * 365 * 2);
@@ -253,6 +428,14 @@ impl<V: Clone + Send + Sync + 'static> EngineBuilder<V> {
     /// [`ConfigError::Invalid`] naming the rule a setting broke.
     pub fn build_on(self, handle: tokio::runtime::Handle) -> Result<Engine<V>, ConfigError> {
         self.validate()?;
-        Ok(Engine::start(self.cfg, handle))
+        Ok(Engine::launch(self.cfg, self.weigher, handle))
+    }
+}
+
+#[cfg(test)]
+impl<V> EngineBuilder<V> {
+    /// The settings as built so far (for unit tests of what reads them).
+    pub(crate) fn config(&self) -> Config {
+        self.cfg.clone()
     }
 }

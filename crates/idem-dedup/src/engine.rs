@@ -14,18 +14,18 @@ use idem_core::{Deadline, Fingerprint, Scope, Status};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::Instant;
 
-use crate::config::{Config, EngineBuilder, InFlightPolicy};
+use crate::config::{Config, EngineBuilder, InFlightPolicy, Weigher};
 use crate::entry::EntryInfo;
 use crate::entry::{InFlight, State};
 use crate::hash::ScopeHasher;
 use crate::inbox::{Inbox, Report};
 use crate::join::JoinCell;
 use crate::message::{Msg, Reply, RunEnd};
-use crate::run::{panic_message, Run};
+use crate::run::{applied, panic_message, Run};
 use crate::shard::Shard;
 use crate::shard::SharedTable;
 use crate::stats::{bump, ShardCounters, Stats, Striped};
-use crate::wheel::Clock;
+use crate::wheel::{Clock, Nanos};
 use crate::{DedupError, Outcome, OutcomeKind};
 
 /// State shared by handles and shard actors; none of it is the map.
@@ -35,6 +35,9 @@ pub(crate) struct Shared {
     /// actors write it for every new key and every expiry, and every call reads the fields
     /// beside it (`shutting_down`, the clock).
     pub(crate) entries: CachePadded<AtomicUsize>,
+    /// Weight of the stored values over all shards, with a weigher (SPEC E16). Written when a
+    /// shard stores or removes values (once per turn), on a line of its own.
+    pub(crate) bytes: CachePadded<AtomicUsize>,
     pub(crate) shutting_down: AtomicBool,
     /// Replays answered from the read path, without a message (summed into `stats().replayed`).
     pub(crate) fast_replays: Striped,
@@ -146,11 +149,17 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         EngineBuilder::new()
     }
 
-    pub(crate) fn start(cfg: Config, handle: tokio::runtime::Handle) -> Self {
+    /// Starts the shard actors on `handle`, with `weigher` for a byte budget (SPEC E16).
+    pub(crate) fn launch(
+        cfg: Config,
+        weigher: Option<Weigher<V>>,
+        handle: tokio::runtime::Handle,
+    ) -> Self {
         let cfg = Arc::new(cfg);
         let shared = Arc::new(Shared {
             counters: (0..cfg.shards).map(|_| ShardCounters::default()).collect(),
             entries: CachePadded::new(AtomicUsize::new(0)),
+            bytes: CachePadded::new(AtomicUsize::new(0)),
             shutting_down: AtomicBool::new(false),
             fast_replays: Striped::default(),
             fast_joins: Striped::default(),
@@ -173,6 +182,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
                     table.clone(),
                     cfg.clone(),
                     shared.clone(),
+                    weigher.clone(),
                 );
                 handle.spawn(shard.run());
                 tx
@@ -308,7 +318,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         };
         // The reply lives in this block only, so the future does not keep its bytes while the
         // action runs.
-        let token = {
+        let (token, lease_deadline) = {
             let reply = match deadline {
                 None => pending.recv().await,
                 Some(d) => match until(d, std::pin::pin!(pending.recv())).await {
@@ -321,70 +331,109 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             };
             match reply {
                 Reply::Done(answer) => return answer,
-                Reply::Lead { token } => token,
+                Reply::Lead {
+                    token,
+                    lease_deadline,
+                } => (token, lease_deadline),
             }
         };
 
-        // This call leads: run the action inline.
-        let fut = match std::panic::catch_unwind(AssertUnwindSafe(action)) {
-            Ok(fut) => fut,
-            Err(p) => {
-                let message = panic_message(&*p);
-                let end = RunEnd::Panicked(message.clone());
-                inbox.push(Report { hash, token, end });
-                return Err(DedupError::Panicked { message });
-            }
-        };
-        let mut run = Run::new(
-            fut,
-            inner.cfg.in_flight_timeout,
-            inbox,
-            tx,
-            hash,
-            token,
-            &inner.handle,
-        );
-        let end = match deadline {
-            None => run.drive().await,
-            Some(d) => {
-                let ended = until(d, std::pin::pin!(run.drive())).await;
-                match ended {
-                    Ok(end) => end,
-                    Err(()) => {
-                        // Dropping `run` hands the action to a task (SPEC E5).
-                        drop(run);
-                        bump(&inner.shared.counters[index].deadline_exceeded);
-                        return Err(DedupError::DeadlineExceeded);
+        // This call leads: run the action inline. Every big local lives in this block, so the
+        // rare wait for the shard below does not keep them in the future.
+        let answer = 'lead: {
+            let fut = match std::panic::catch_unwind(AssertUnwindSafe(action)) {
+                Ok(fut) => fut,
+                Err(p) => {
+                    let message = panic_message(&*p);
+                    let end = RunEnd::Panicked(message.clone());
+                    let acked = inbox.push_acked(Report::new(hash, token, end));
+                    let answer = Err(DedupError::Panicked { message });
+                    break 'lead Answer::Later(Box::pin(once_applied(tx, acked, answer)));
+                }
+            };
+            let (handle, lease) = (&inner.handle, inner.cfg.in_flight_timeout);
+            let mut run = Run::new(fut, lease, inbox, tx, hash, token, handle);
+            let end = match deadline {
+                None => run.drive().await,
+                Some(d) => {
+                    let ended = until(d, std::pin::pin!(run.drive())).await;
+                    match ended {
+                        Ok(end) => end,
+                        Err(()) => {
+                            // Dropping `run` hands the action to a task (SPEC E5).
+                            drop(run);
+                            bump(&inner.shared.counters[index].deadline_exceeded);
+                            return Err(DedupError::DeadlineExceeded);
+                        }
                     }
                 }
-            }
+            };
+            self.settle(&run, end, lease_deadline)
+        };
+        match answer {
+            Answer::Now(answer) => answer,
+            Answer::Later(wait) => wait.await,
+        }
+    }
+
+    /// Reports how the leader's run ended and says how the leader answers (see `inbox.rs`).
+    ///
+    /// A result the shard stores is the answer at once, unless the shard may have swept the run
+    /// at its lease before the report came (SPEC E6): then it is the answer only if the shard
+    /// stored it, and the lease error otherwise. An end that stores nothing is answered once
+    /// the shard has removed the entry and counted it out, so the room it held is there for the
+    /// caller's next call, on any shard (SPEC E7). Both waits are rare, and boxed.
+    fn settle<'a, Fut>(
+        &'a self,
+        run: &Run<'a, V, Fut>,
+        end: RunEnd<V>,
+        lease_deadline: Nanos,
+    ) -> Answer<'a, V>
+    where
+        Fut: Future<Output = Result<V, Status>> + Send + 'static,
+    {
+        let cfg = &self.inner.cfg;
+        let tx = run.sender();
+        let lease = cfg.in_flight_timeout;
+        let stored = |end, answer| match run.report_stored(end, lease_deadline) {
+            None => Answer::Now(answer),
+            Some(acked) => Answer::Later(Box::pin(unless_swept(tx, acked, answer, lease))),
+        };
+        let removed = |end, answer| {
+            let acked = run.report_acked(end);
+            Answer::Later(Box::pin(once_applied(tx, acked, answer)))
         };
         match end {
             RunEnd::Finished(Ok(v), at) => {
-                let expires_at = at + inner.cfg.ttl;
-                run.report(RunEnd::Finished(Ok(v.clone()), at));
-                Ok(Outcome::new(v, OutcomeKind::Executed, expires_at))
+                let out = Outcome::new(v.clone(), OutcomeKind::Executed, at + cfg.ttl);
+                stored(RunEnd::Finished(Ok(v), at), Ok(out))
             }
             RunEnd::Finished(Err(status), at) => {
-                run.report(RunEnd::Finished(Err(status.clone()), at));
-                Err(DedupError::Action {
-                    status,
+                let cached = cfg.cached_failures.contains(status.code());
+                let answer = Err(DedupError::Action {
+                    status: status.clone(),
                     outcome: OutcomeKind::Executed,
-                })
+                });
+                let end = RunEnd::Finished(Err(status), at);
+                if cached {
+                    stored(end, answer)
+                } else {
+                    removed(end, answer)
+                }
             }
             RunEnd::Panicked(message) => {
-                run.report(RunEnd::Panicked(message.clone()));
-                Err(DedupError::Panicked { message })
+                let answer = Err(DedupError::Panicked {
+                    message: message.clone(),
+                });
+                removed(RunEnd::Panicked(message), answer)
             }
-            RunEnd::LeaseExpired => {
-                run.report(RunEnd::LeaseExpired);
-                Err(DedupError::LeaseExpired {
-                    after: inner.cfg.in_flight_timeout,
-                })
-            }
+            RunEnd::LeaseExpired => removed(
+                RunEnd::LeaseExpired,
+                Err(DedupError::LeaseExpired { after: lease }),
+            ),
             RunEnd::Abandoned => {
                 run.report(RunEnd::Abandoned);
-                Err(DedupError::Abandoned)
+                Answer::Now(Err(DedupError::Abandoned))
             }
         }
     }
@@ -558,6 +607,12 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
     }
 }
 
+/// How a leader answers: now, or once the shard has applied its report (see `Engine::settle`).
+enum Answer<'a, V> {
+    Now(Result<Outcome<V>, DedupError>),
+    Later(Pin<Box<dyn Future<Output = Result<Outcome<V>, DedupError>> + Send + 'a>>),
+}
+
 /// What the read path found.
 enum Fast<V> {
     Replay(Outcome<V>),
@@ -598,6 +653,34 @@ async fn until<F: Future>(deadline: Deadline, mut fut: Pin<&mut F>) -> Result<F:
     .await
 }
 
+/// Waits until the shard has applied an acknowledged report (or has stopped), then gives
+/// `answer`: the end of a run that stores nothing is answered once its room is free (SPEC E7).
+async fn once_applied<V, T>(
+    tx: &mpsc::Sender<Msg<V>>,
+    acked: oneshot::Receiver<bool>,
+    answer: T,
+) -> T {
+    applied(tx, acked).await;
+    answer
+}
+
+/// Waits until the shard has applied the report of a run to be stored, then gives `answer` if
+/// it stored it, and otherwise the lease error: the shard had swept the run at its lease
+/// before the report came, so nothing is stored and the retry will run again (SPEC E6).
+async fn unless_swept<V, T>(
+    tx: &mpsc::Sender<Msg<V>>,
+    acked: oneshot::Receiver<bool>,
+    answer: Result<T, DedupError>,
+    lease: Duration,
+) -> Result<T, DedupError> {
+    match applied(tx, acked).await {
+        Some(true) => answer,
+        Some(false) => Err(DedupError::LeaseExpired { after: lease }),
+        // The shard stopped before it took the report: nothing is stored (SPEC E10).
+        None => Err(DedupError::ShuttingDown),
+    }
+}
+
 /// Maps a scope hash to a shard. Mixes the hash first so the shard index uses other bits than the
 /// shard's own table does (hashbrown takes the low bits for the bucket and the top 7 for tags).
 fn shard_index(hash: u64, shards: usize) -> usize {
@@ -632,9 +715,9 @@ impl<V: Send + 'static> Drop for Pending<'_, V> {
         if let Some(mut rx) = self.rx.take() {
             // No send can land after close(); one that landed before is still readable.
             rx.close();
-            if let Ok(Reply::Lead { token }) = rx.try_recv() {
-                let (hash, end) = (self.hash, RunEnd::Abandoned);
-                self.inbox.push(Report { hash, token, end });
+            if let Ok(Reply::Lead { token, .. }) = rx.try_recv() {
+                let report = Report::new(self.hash, token, RunEnd::Abandoned);
+                self.inbox.push(report);
             }
         }
     }

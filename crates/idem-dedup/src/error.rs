@@ -17,6 +17,7 @@ use crate::OutcomeKind;
 /// | [`Action`](Self::Action) | the action's own code | as that code says |
 /// | [`Panicked`](Self::Panicked) | `INTERNAL` | no |
 /// | [`Overloaded`](Self::Overloaded) | `RESOURCE_EXHAUSTED` + retry-after | after the hint |
+/// | [`TenantQuotaExceeded`](Self::TenantQuotaExceeded) | `RESOURCE_EXHAUSTED` + retry-after | after the hint |
 /// | [`InFlight`](Self::InFlight) | `ABORTED` + retry-after | after the hint |
 /// | [`LeaseExpired`](Self::LeaseExpired) | `UNAVAILABLE` | yes, same key |
 /// | [`Abandoned`](Self::Abandoned) | `UNAVAILABLE` | yes, same key |
@@ -41,8 +42,16 @@ pub enum DedupError {
         /// The panic message, when it was a string.
         message: String,
     },
-    /// `max_entries` is reached and this scope is new (SPEC E7). Nothing is evicted.
+    /// `max_entries` is reached, or the stored values weigh `max_bytes`, and this scope is new
+    /// (SPEC E7, E16). Nothing is evicted.
     Overloaded {
+        /// When to try again.
+        retry_after: Duration,
+    },
+    /// This scope is new and its tenant holds its whole share of the engine
+    /// ([`tenant_share`](crate::EngineBuilder::tenant_share), SPEC E16); other tenants are
+    /// still served. Reason `TENANT_QUOTA_EXCEEDED`.
+    TenantQuotaExceeded {
         /// When to try again.
         retry_after: Duration,
     },
@@ -52,7 +61,10 @@ pub enum DedupError {
         /// When to try again.
         retry_after: Duration,
     },
-    /// The run passed `in_flight_timeout` and was cancelled (SPEC E6).
+    /// The run passed `in_flight_timeout` (SPEC E6): it was cancelled, or it completed only after
+    /// the engine had ended it at its lease, and its result was not stored. Either way nothing is
+    /// stored and every caller of the run, its leader included, gets this error; a retry with the
+    /// same key runs the action again.
     LeaseExpired {
         /// The lease that ran out.
         after: Duration,
@@ -76,6 +88,7 @@ impl DedupError {
             DedupError::Action { status, .. } => status.code(),
             DedupError::Panicked { .. } => Code::Internal,
             DedupError::Overloaded { .. } => Code::ResourceExhausted,
+            DedupError::TenantQuotaExceeded { .. } => Code::ResourceExhausted,
             DedupError::InFlight { .. } => Code::Aborted,
             DedupError::LeaseExpired { .. } => Code::Unavailable,
             DedupError::Abandoned => Code::Unavailable,
@@ -87,9 +100,9 @@ impl DedupError {
     /// The retry-after hint, where there is one.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            DedupError::Overloaded { retry_after } | DedupError::InFlight { retry_after } => {
-                Some(*retry_after)
-            }
+            DedupError::Overloaded { retry_after }
+            | DedupError::TenantQuotaExceeded { retry_after }
+            | DedupError::InFlight { retry_after } => Some(*retry_after),
             DedupError::Action { status, .. } => status.retry_after(),
             _ => None,
         }
@@ -102,6 +115,7 @@ impl DedupError {
             DedupError::Action { status, .. } => status.reason().cloned(),
             DedupError::Panicked { .. } => Some(Reason::ACTION_PANICKED),
             DedupError::Overloaded { .. } => Some(Reason::ENGINE_FULL),
+            DedupError::TenantQuotaExceeded { .. } => Some(Reason::new("TENANT_QUOTA_EXCEEDED")),
             DedupError::InFlight { .. } => Some(Reason::REQUEST_IN_FLIGHT),
             DedupError::LeaseExpired { .. } => Some(Reason::LEASE_EXPIRED),
             DedupError::Abandoned => Some(Reason::new("RUN_ABANDONED")),
@@ -139,6 +153,11 @@ impl fmt::Display for DedupError {
                 "dedup engine is full (E7): retry after {} ms",
                 retry_after.as_millis()
             ),
+            DedupError::TenantQuotaExceeded { retry_after } => write!(
+                f,
+                "this tenant holds its whole share of the dedup engine (E16): retry after {} ms",
+                retry_after.as_millis()
+            ),
             DedupError::InFlight { retry_after } => write!(
                 f,
                 "a request with this idempotency key is in flight (E14): retry after {} ms",
@@ -146,7 +165,7 @@ impl fmt::Display for DedupError {
             ),
             DedupError::LeaseExpired { after } => write!(
                 f,
-                "action passed its in-flight lease of {} ms and was cancelled (E6)",
+                "action passed its in-flight lease of {} ms and its result was not stored (E6); retry with the same key",
                 after.as_millis()
             ),
             DedupError::Abandoned => {

@@ -123,6 +123,7 @@ mod join;
 mod message;
 pub mod metrics;
 mod outcome;
+mod quota;
 pub mod remote;
 mod run;
 mod shard;

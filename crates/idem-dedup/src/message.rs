@@ -4,6 +4,7 @@ use idem_core::{Fingerprint, Scope, Status};
 use tokio::sync::oneshot;
 
 use crate::entry::EntryInfo;
+use crate::wheel::Nanos;
 use crate::{DedupError, Outcome};
 
 /// A request to a shard. Only the shard reads or writes its map; everything else sends one of these.
@@ -34,8 +35,9 @@ pub(crate) enum Msg<V> {
 
 /// A shard's answer to `Begin`.
 pub(crate) enum Reply<V> {
-    /// This caller leads: run the action and report its end with this token.
-    Lead { token: u64 },
+    /// This caller leads: run the action and report its end with this token. The shard sweeps
+    /// the run at `lease_deadline` (shard clock) if it has not ended by then (SPEC E6).
+    Lead { token: u64, lease_deadline: Nanos },
     /// The final answer for this caller (for a duplicate of a run in flight, sent when the run
     /// ends; see `join.rs`).
     Done(Result<Outcome<V>, DedupError>),

@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use futures::future::{CatchUnwind, FutureExt};
 use idem_core::Status;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::inbox::{Inbox, Report};
 use crate::message::{Msg, RunEnd};
+use crate::wheel::Nanos;
 use std::sync::Arc;
 
 /// What a driven action yields: its result or a panic payload; `None` when its lease ran out.
@@ -110,10 +111,33 @@ where
         end
     }
 
+    /// The shard's mailbox sender (its `closed()` tells a waiting leader that the shard stopped).
+    pub(crate) fn sender(&self) -> &'a mpsc::Sender<Msg<V>> {
+        self.tx
+    }
+
     /// Reports the end of the run to the shard (without waiting).
     pub(crate) fn report(&self, end: RunEnd<V>) {
-        let (hash, token) = (self.hash, self.token);
-        self.inbox.push(Report { hash, token, end });
+        self.inbox.push(Report::new(self.hash, self.token, end));
+    }
+
+    /// Reports an end the shard is to store (a success or a cacheable failure). Returns a
+    /// receiver to wait on when the shard may already have swept the run at its lease
+    /// (`lease_deadline`, shard clock); see `inbox.rs`.
+    pub(crate) fn report_stored(
+        &self,
+        end: RunEnd<V>,
+        lease_deadline: Nanos,
+    ) -> Option<oneshot::Receiver<bool>> {
+        let report = Report::new(self.hash, self.token, end);
+        self.inbox.push_stored(report, lease_deadline)
+    }
+
+    /// Reports an end that stores nothing (failure, panic, lease); the receiver resolves once the
+    /// shard has removed the entry and counted it out (SPEC E7).
+    pub(crate) fn report_acked(&self, end: RunEnd<V>) -> oneshot::Receiver<bool> {
+        self.inbox
+            .push_acked(Report::new(self.hash, self.token, end))
     }
 }
 
@@ -131,10 +155,24 @@ where
             let (hash, token) = (self.hash, self.token);
             self.handle.spawn(async move {
                 let end = to_end(fut.await);
-                inbox.push(Report { hash, token, end });
+                inbox.push(Report::new(hash, token, end));
                 drop(tx);
             });
         }
+    }
+}
+
+/// Waits until the shard has applied an acknowledged report: `Some(true)` if it ended the run,
+/// `Some(false)` if the run had already ended (lease, forget, shutdown), `None` if the shard
+/// stopped without taking it (after its last drain; see `Shard::run`).
+pub(crate) async fn applied<V>(
+    tx: &mpsc::Sender<Msg<V>>,
+    acked: oneshot::Receiver<bool>,
+) -> Option<bool> {
+    tokio::select! {
+        biased;
+        done = acked => done.ok(),
+        () = tx.closed() => None,
     }
 }
 

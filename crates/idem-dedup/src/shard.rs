@@ -9,12 +9,13 @@ use hashbrown::hash_table::{Entry as Slot, HashTable, VacantEntry};
 use idem_core::{Fingerprint, Scope};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::config::{Config, InFlightPolicy};
+use crate::config::{Config, InFlightPolicy, Weigher};
 use crate::engine::Shared;
 use crate::entry::{Entry, InFlight, Spares, State, StoredScope};
 use crate::inbox::{Inbox, Report};
 use crate::join::JoinCell;
 use crate::message::{Msg, Reply, RunEnd};
+use crate::quota::{Quota, Refusal};
 use crate::tally::{Publisher, Tally};
 use crate::wheel::{Clock, Kind, Nanos, Wheel};
 use crate::{DedupError, Outcome, OutcomeKind};
@@ -42,6 +43,8 @@ pub(crate) struct Shard<V> {
     published: SharedTable<V>,
     /// Removed entries' boxes, reused for new keys.
     spares: Spares<V>,
+    /// Weighs stored values for the byte budget (SPEC E16).
+    weigher: Option<Weigher<V>>,
     core: Core,
     publisher: Publisher,
 }
@@ -57,6 +60,11 @@ struct Core {
     tally: Tally,
     /// Entries removed since the engine-wide count was last updated (see `flush_released`).
     released: usize,
+    /// Bytes stored and removed since the engine-wide byte count was last updated.
+    added_bytes: usize,
+    released_bytes: usize,
+    /// The byte budget's and the tenants' shares of this shard (SPEC E16).
+    quota: Quota,
     /// The clock when the current turn began.
     turn_now: Nanos,
 }
@@ -69,8 +77,10 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         published: SharedTable<V>,
         cfg: Arc<Config>,
         shared: Arc<Shared>,
+        weigher: Option<Weigher<V>>,
     ) -> Self {
         let clock = shared.clock;
+        let quota = Quota::new(&cfg);
         Shard {
             index,
             rx,
@@ -79,6 +89,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
             table: HashTable::new(),
             published,
             spares: Spares::new(),
+            weigher,
             core: Core {
                 wheel: Wheel::new(clock),
                 clock,
@@ -87,6 +98,9 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                 next_token: 0,
                 tally: Tally::default(),
                 released: 0,
+                added_bytes: 0,
+                released_bytes: 0,
+                quota,
                 turn_now: 0,
             },
             publisher: Publisher::new(index),
@@ -113,9 +127,12 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                     let more = {
                         let mut guard = write_lock(&published).await;
                         std::mem::swap(&mut self.table, &mut *guard);
-                        // A run that already reported its end is not swept as past its lease.
-                        self.apply_reports();
-                        let more = self.sweep();
+                        // A run that already reported its end is not swept as past its lease;
+                        // one that reports after this drain learns that it may have been
+                        // (see `inbox.rs`).
+                        let now = self.core.clock.now();
+                        self.apply_reports(Some(now));
+                        let more = self.sweep(now);
                         std::mem::swap(&mut self.table, &mut *guard);
                         more
                     };
@@ -161,7 +178,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         let table = {
             let mut guard = write_lock(&published).await;
             std::mem::swap(&mut self.table, &mut *guard);
-            self.apply_reports();
+            self.apply_reports(None);
             let table = std::mem::take(&mut self.table);
             std::mem::swap(&mut self.table, &mut *guard);
             table
@@ -179,7 +196,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         std::mem::swap(&mut self.table, &mut *guard);
         // Reports first: a message sent after a leader's call returned must see that run's end
         // (see `inbox.rs`).
-        self.apply_reports();
+        self.apply_reports(None);
         for msg in buf.drain(..) {
             if stop {
                 // Messages behind Stop: answer what needs an answer.
@@ -205,12 +222,22 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
             } => self.on_begin(hash, scope, fingerprint, reply),
             Msg::Lookup { hash, scope, reply } => {
                 let now = self.core.clock.now();
-                let cfg = &self.core.cfg;
-                let info = self
-                    .table
-                    .find(hash, |e| e.scope.is(&scope))
-                    .filter(|e| !e.is_expired(now))
-                    .map(|e| e.info(now, cfg.ttl, cfg.failure_ttl));
+                let info = match self.table.find_entry(hash, |e| e.scope.is(&scope)) {
+                    Ok(occ) if occ.get().is_expired(now) => {
+                        // Gone, as the look-up says: its room is free before the answer
+                        // (SPEC E2, E7), rather than when the timer comes round to it.
+                        let (e, _) = occ.remove();
+                        drop(take(&mut self.spares, &mut self.core, &self.weigher, e));
+                        self.core.expire_one();
+                        self.core.flush_released();
+                        None
+                    }
+                    Ok(occ) => {
+                        let cfg = &self.core.cfg;
+                        Some(occ.get().info(now, cfg.ttl, cfg.failure_ttl))
+                    }
+                    Err(_) => None,
+                };
                 let _ = reply.send(info);
             }
             Msg::Forget { hash, scope, reply } => {
@@ -221,12 +248,14 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                             self.core.tally.abandoned += 1;
                         }
                         // Its timers stay queued and are dropped as stale when they come up.
-                        let state = self.spares.keep(e);
+                        let state = take(&mut self.spares, &mut self.core, &self.weigher, e);
                         self.core.release(state, || DedupError::Abandoned);
                         true
                     }
                     Err(_) => false,
                 };
+                // The room is free before the operator hears it is gone (SPEC E7).
+                self.core.flush_released();
                 let _ = reply.send(found);
             }
             Msg::Stop => return true,
@@ -241,13 +270,37 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         fingerprint: Fingerprint,
         reply: oneshot::Sender<Reply<V>>,
     ) {
+        let Some((scope, reply, why)) = self.begin(hash, scope, fingerprint, reply) else {
+            return;
+        };
+        // Full, or the tenant at its share (SPEC E7, E16). Results of this shard's own that are
+        // past their expiry but not swept yet (the timer fires a moment after the deadline)
+        // take no room: expire them and ask again. Nothing unexpired is ever evicted.
+        if self.expire_due(self.core.clock.now()) > 0 {
+            if let Some((_, reply, why)) = self.begin(hash, scope, fingerprint, reply) {
+                self.core.refuse(reply, why);
+            }
+        } else {
+            self.core.refuse(reply, why);
+        }
+    }
+
+    /// Answers a `Begin`, or hands its scope and reply back when the scope is new and may not
+    /// be admitted, with why.
+    fn begin(
+        &mut self,
+        hash: u64,
+        scope: Scope,
+        fingerprint: Fingerprint,
+        reply: oneshot::Sender<Reply<V>>,
+    ) -> Option<(Scope, oneshot::Sender<Reply<V>>, Refusal)> {
         let slot = self.table.entry(hash, |e| e.scope.is(&scope), |e| e.hash);
         let mut occ = match slot {
             Slot::Vacant(vacant) => {
                 let spares = &mut self.spares;
-                self.core
+                return self
+                    .core
                     .begin_vacant(vacant, spares, hash, scope, fingerprint, reply);
-                return;
             }
             Slot::Occupied(occ) => occ,
         };
@@ -255,20 +308,18 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         let now = self.core.clock.now();
         if occ.get().is_expired(now) {
             let (old, vacant) = occ.remove();
-            drop(self.spares.keep(old));
-            self.core.tally.completed -= 1;
-            self.core.tally.expired += 1;
-            self.core.released += 1;
+            drop(take(&mut self.spares, &mut self.core, &self.weigher, old));
+            self.core.expire_one();
             let spares = &mut self.spares;
-            self.core
+            return self
+                .core
                 .begin_vacant(vacant, spares, hash, scope, fingerprint, reply);
-            return;
         }
         let e = occ.get_mut();
         if e.fingerprint != fingerprint {
             self.core.tally.conflicts += 1;
             let _ = reply.send(Reply::Done(Err(DedupError::Conflict)));
-            return;
+            return None;
         }
         let core = &mut self.core;
         match &mut e.state {
@@ -304,15 +355,18 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                 let _ = reply.send(Reply::Done(answer));
             }
         }
+        None
     }
 
-    fn on_complete(&mut self, hash: u64, token: u64, end: RunEnd<V>) {
+    /// Applies a run's end; returns false when the run had already ended (by its lease, a
+    /// forget or shutdown) and the report changed nothing.
+    fn on_complete(&mut self, hash: u64, token: u64, end: RunEnd<V>) -> bool {
         let Ok(mut occ) = self.table.find_entry(hash, |e| e.token == token) else {
             // The run was already ended by its lease, a forget or shutdown.
-            return;
+            return false;
         };
         if !matches!(occ.get().state, State::InFlight(_)) {
-            return;
+            return false;
         }
         let core = &mut self.core;
         let cached = match &end {
@@ -324,7 +378,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         };
         let Some((at, ttl)) = cached else {
             let (e, _) = occ.remove();
-            let e = self.spares.keep(e);
+            let e = take(&mut self.spares, core, &self.weigher, e);
             match end {
                 RunEnd::Finished(Err(status), _) => {
                     core.tally.failed += 1;
@@ -351,7 +405,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                 // `cached` is Some for every success.
                 RunEnd::Finished(Ok(_), _) => {}
             }
-            return;
+            return true;
         };
         // The TTL counts from the action's completion, not from when the shard heard of it.
         let expires = core.clock.nanos(at).saturating_add(nanos(ttl));
@@ -360,17 +414,22 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
             RunEnd::Finished(Ok(v), _) => (Ok(v), false),
             RunEnd::Finished(Err(s), _) => (Err(Arc::new(s)), true),
             // `cached` is None for every other end.
-            _ => return,
+            _ => return true,
         };
         let kind = if failed { Kind::FailureTtl } else { Kind::Ttl };
         core.wheel.insert(kind, expires, hash, token);
         let e = occ.get_mut();
+        if let (Some(weigh), Ok(v)) = (&self.weigher, &result) {
+            let weight = weigh(v);
+            core.quota.add_bytes(e.scope.as_bytes(), weight);
+            core.added_bytes += weight;
+        }
         let State::InFlight(f) = std::mem::replace(&mut e.state, State::Done { result, expires })
         else {
-            return;
+            return true;
         };
         let State::Done { result, .. } = &e.state else {
-            return;
+            return true;
         };
         if let Some(cell) = f.join {
             cell.resolve(match result {
@@ -386,17 +445,33 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         }
         core.tally.in_flight -= 1;
         core.tally.completed += 1;
+        true
     }
 
-    /// Applies every report waiting in the inbox, in the order the runs ended.
-    fn apply_reports(&mut self) {
-        self.inbox.drain_into(&mut self.reports);
+    /// Applies every report waiting in the inbox, in the order the runs ended. `sweep_at`: a
+    /// sweep of the leases due at that time follows (see `inbox.rs`).
+    fn apply_reports(&mut self, sweep_at: Option<Nanos>) {
+        match sweep_at {
+            Some(now) => self.inbox.drain_for_sweep(&mut self.reports, now),
+            None => self.inbox.drain_into(&mut self.reports),
+        }
         if self.reports.is_empty() {
             return;
         }
         let mut reports = std::mem::take(&mut self.reports);
-        for Report { hash, token, end } in reports.drain(..) {
-            self.on_complete(hash, token, end);
+        for Report {
+            hash,
+            token,
+            end,
+            ack,
+        } in reports.drain(..)
+        {
+            let applied = self.on_complete(hash, token, end);
+            if let Some(ack) = ack {
+                // Its caller is answered after any room it freed is back in the count.
+                self.core.flush_released();
+                let _ = ack.send(applied);
+            }
             // Whatever the report said, this run is no longer in flight now. It is usually the
             // oldest lease (runs mostly end in the order they started): drop its queue item
             // without looking the run up again.
@@ -424,59 +499,91 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         }
     }
 
-    /// Timers are due: removes every entry whose lease or expiry has passed, drops stale queue
-    /// items, and re-arms the sleep for the earliest deadline still pending.
+    /// Timers are due: removes every entry whose lease or expiry has passed at `now`, drops
+    /// stale queue items, and re-arms the sleep for the earliest deadline still pending.
     /// At most [`BATCH`] queue items per call; returns whether due items remain (the wheel is
-    /// then armed for now, and the caller yields before the next call).
-    fn sweep(&mut self) -> bool {
-        let now = self.core.clock.now();
-        let lease = nanos(self.core.cfg.in_flight_timeout);
+    /// then armed for now, and the caller yields before the next call). Leases are swept only
+    /// here, right after the inbox was drained for `now` (see `inbox.rs`).
+    fn sweep(&mut self, now: Nanos) -> bool {
         let mut next: Option<Nanos> = None;
         let mut budget = BATCH;
         for kind in Kind::ALL {
-            let mut warmed = 0;
-            while let Some((hash, token)) = self.core.wheel.front(kind) {
-                if warmed == 0 {
-                    warmed = self.warm(kind);
-                }
-                warmed -= 1;
-                if budget == 0 {
-                    // More may be due: come back after the other branches had a turn.
-                    self.core.wheel.arm(Some(now));
-                    return true;
-                }
-                budget -= 1;
-                let Ok(occ) = self.table.find_entry(hash, |e| e.token == token) else {
-                    self.core.wheel.pop(kind); // the run is gone
-                    continue;
-                };
-                let deadline = match (&occ.get().state, kind) {
-                    (State::InFlight(f), Kind::Lease) => f.started.saturating_add(lease),
-                    (State::Done { expires, .. }, Kind::Ttl | Kind::FailureTtl) => *expires,
-                    _ => {
-                        self.core.wheel.pop(kind); // a lease of a run that completed
-                        continue;
-                    }
-                };
-                if deadline > now {
-                    next = Some(next.map_or(deadline, |n| n.min(deadline)));
-                    break;
-                }
-                self.core.wheel.pop(kind);
-                let (e, _) = occ.remove();
-                let e = self.spares.keep(e);
-                let core = &mut self.core;
-                if matches!(e, State::InFlight(_)) {
-                    core.tally.lease_expired += 1;
-                    let after = core.cfg.in_flight_timeout;
-                    core.release(e, || DedupError::LeaseExpired { after });
-                } else {
-                    core.tally.expired += 1;
-                    core.release(e, || DedupError::Abandoned);
-                }
+            if self.sweep_kind(kind, now, &mut budget, &mut next) {
+                // More may be due: come back after the other branches had a turn.
+                self.core.wheel.arm(Some(now));
+                return true;
             }
         }
         self.core.wheel.arm(next);
+        false
+    }
+
+    /// Removes the stored results (successes and cached failures) past their expiry at `now`,
+    /// within a turn (a full engine asks for room; SPEC E7). Leaves leases to [`sweep`](Self::sweep),
+    /// and the wheel armed as it was (at worst early: the timer's sweep then finds less to do).
+    /// Returns how many it removed.
+    fn expire_due(&mut self, now: Nanos) -> usize {
+        let before = self.core.tally.expired;
+        let mut next = None;
+        let mut budget = BATCH;
+        for kind in [Kind::Ttl, Kind::FailureTtl] {
+            if self.sweep_kind(kind, now, &mut budget, &mut next) {
+                self.core.wheel.arm(Some(now));
+                break;
+            }
+        }
+        usize::try_from(self.core.tally.expired - before).unwrap_or(usize::MAX)
+    }
+
+    /// Sweeps one timer queue up to `now`, spending `budget`; the earliest deadline still
+    /// pending goes into `next`. Returns true when the budget ran out with items still due.
+    fn sweep_kind(
+        &mut self,
+        kind: Kind,
+        now: Nanos,
+        budget: &mut usize,
+        next: &mut Option<Nanos>,
+    ) -> bool {
+        let lease = nanos(self.core.cfg.in_flight_timeout);
+        let mut warmed = 0;
+        while let Some((hash, token)) = self.core.wheel.front(kind) {
+            if warmed == 0 {
+                warmed = self.warm(kind);
+            }
+            warmed -= 1;
+            if *budget == 0 {
+                return true;
+            }
+            *budget -= 1;
+            let Ok(occ) = self.table.find_entry(hash, |e| e.token == token) else {
+                self.core.wheel.pop(kind); // the run is gone
+                continue;
+            };
+            let deadline = match (&occ.get().state, kind) {
+                (State::InFlight(f), Kind::Lease) => f.started.saturating_add(lease),
+                (State::Done { expires, .. }, Kind::Ttl | Kind::FailureTtl) => *expires,
+                _ => {
+                    self.core.wheel.pop(kind); // a lease of a run that completed
+                    continue;
+                }
+            };
+            if deadline > now {
+                *next = Some(next.map_or(deadline, |n| n.min(deadline)));
+                return false;
+            }
+            self.core.wheel.pop(kind);
+            let (e, _) = occ.remove();
+            let e = take(&mut self.spares, &mut self.core, &self.weigher, e);
+            let core = &mut self.core;
+            if matches!(e, State::InFlight(_)) {
+                core.tally.lease_expired += 1;
+                let after = core.cfg.in_flight_timeout;
+                core.release(e, || DedupError::LeaseExpired { after });
+            } else {
+                core.tally.expired += 1;
+                core.release(e, || DedupError::Abandoned);
+            }
+        }
         false
     }
 
@@ -507,6 +614,10 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
     /// published table) and the wheel are emptied, [`BATCH`] entries per poll.
     async fn stop(&mut self, mut table: HashTable<Box<Entry<V>>>) {
         self.rx.close();
+        // Reports that came after the last drain are not applied: drop them (and their values);
+        // a leader waiting on one learns from the closed mailbox that the shard stopped.
+        self.inbox.drain_into(&mut self.reports);
+        self.reports.clear();
         for (i, e) in table.drain().enumerate() {
             self.core.shared.entries.fetch_sub(1, Relaxed);
             if let State::InFlight(InFlight {
@@ -522,11 +633,19 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         self.core.wheel.clear();
         self.core.tally.in_flight = 0;
         self.core.tally.completed = 0;
+        // The values are gone: out of the engine-wide bytes, all at once.
+        self.core.flush_released();
+        self.core
+            .shared
+            .bytes
+            .fetch_sub(self.core.quota.bytes, Relaxed);
+        self.core.quota.clear();
     }
 
     /// Publishes tallies to the atomics read by `stats()` and to the metrics facade.
     fn publish(&mut self) {
         self.core.flush_released();
+        self.core.tally.bytes = self.core.quota.bytes as u64;
         let shared = &self.core.shared;
         let t = &self.core.tally;
         self.publisher.publish(
@@ -542,6 +661,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
 }
 
 impl Core {
+    /// Starts a run for a new scope, or hands the scope and reply back when the engine is full.
     #[allow(clippy::too_many_arguments)]
     fn begin_vacant<V>(
         &mut self,
@@ -551,37 +671,43 @@ impl Core {
         scope: Scope,
         fingerprint: Fingerprint,
         reply: oneshot::Sender<Reply<V>>,
-    ) {
-        // Bounded memory (SPEC E7): reserve a slot in the engine-wide count or refuse. Nothing is
-        // evicted to make room: evicting an unexpired result would let a duplicate run. This
-        // shard's own removals are counted out first, so it never refuses for want of room it
-        // has just freed.
+    ) -> Option<(Scope, oneshot::Sender<Reply<V>>, Refusal)> {
+        // Bounded memory (SPEC E7, E16): the tenant's share, the byte budget, then a slot in the
+        // engine-wide count, or refuse. Nothing is evicted to make room: evicting an unexpired
+        // result would let a duplicate run. This shard's own removals are counted out first, so
+        // it never refuses for want of room it has just freed.
+        if !self.quota.admits(scope.as_bytes()) {
+            return Some((scope, reply, Refusal::Tenant));
+        }
         self.flush_released();
+        if self.cfg.max_bytes != usize::MAX && self.shared.bytes.load(Relaxed) >= self.cfg.max_bytes
+        {
+            return Some((scope, reply, Refusal::Full));
+        }
         let prev = self.shared.entries.fetch_add(1, AcqRel);
         if prev >= self.cfg.max_entries {
             self.shared.entries.fetch_sub(1, Relaxed);
-            self.tally.overloaded += 1;
-            let _ = reply.send(Reply::Done(Err(DedupError::Overloaded {
-                retry_after: self.cfg.retry_after,
-            })));
-            return;
+            return Some((scope, reply, Refusal::Full));
         }
         let token = self.next_token;
         self.next_token += 1;
-        if reply.send(Reply::Lead { token }).is_err() {
-            // The caller is already gone: nobody will run the action, so store nothing.
-            self.shared.entries.fetch_sub(1, Relaxed);
-            return;
-        }
         // The turn's start: a lease counts from when the shard took up the batch (at most a
         // batch's work earlier than now), which spares a clock read per new key.
         let started = self.turn_now;
-        self.wheel.insert(
-            Kind::Lease,
-            started.saturating_add(nanos(self.cfg.in_flight_timeout)),
-            hash,
-            token,
-        );
+        let lease_deadline = started.saturating_add(nanos(self.cfg.in_flight_timeout));
+        if reply
+            .send(Reply::Lead {
+                token,
+                lease_deadline,
+            })
+            .is_err()
+        {
+            // The caller is already gone: nobody will run the action, so store nothing.
+            self.shared.entries.fetch_sub(1, Relaxed);
+            return None;
+        }
+        self.wheel.insert(Kind::Lease, lease_deadline, hash, token);
+        self.quota.add_entry(scope.as_bytes());
         vacant.insert(spares.boxed(Entry {
             hash,
             token,
@@ -594,34 +720,89 @@ impl Core {
         }));
         self.tally.executed += 1;
         self.tally.in_flight += 1;
+        None
+    }
+
+    /// Refuses a new scope: the engine is full (SPEC E7, E16) or its tenant at its share (E16).
+    fn refuse<V>(&mut self, reply: oneshot::Sender<Reply<V>>, why: Refusal) {
+        let retry_after = self.cfg.retry_after;
+        self.tally.overloaded += 1;
+        let err = match why {
+            Refusal::Full => DedupError::Overloaded { retry_after },
+            Refusal::Tenant => {
+                self.tally.tenant_refused += 1;
+                DedupError::TenantQuotaExceeded { retry_after }
+            }
+        };
+        let _ = reply.send(Reply::Done(Err(err)));
+    }
+
+    /// Accounts for a stored result removed at its expiry outside a sweep.
+    fn expire_one(&mut self) {
+        self.tally.completed -= 1;
+        self.tally.expired += 1;
+        self.released += 1;
     }
 
     /// Takes this shard's removals since the last call out of the engine-wide entry count, in
     /// one atomic update: a sweep that expires thousands of entries writes the shared line
-    /// once, not once per entry. Called before every reservation and at the end of every turn,
-    /// so the count is exact between turns and never too low (a removal is counted out at most
-    /// one turn late, which can only make another shard refuse early, never admit too many).
+    /// once, not once per entry. Called before every reservation, before anyone is told that
+    /// an entry is gone (a leader's or waiter's answer for a run that stored nothing, a
+    /// forget's, a look-up's), and at the end of every turn. So the count is never too low, and
+    /// whoever hears that an entry is gone finds its room free on every shard (SPEC E7); only an
+    /// expiry nobody has asked about reaches other shards at the end of the sweeping turn.
     fn flush_released(&mut self) {
         if self.released > 0 {
             self.shared.entries.fetch_sub(self.released, Relaxed);
             self.released = 0;
         }
+        // Stored and removed weights, netted into one update (SPEC E16).
+        if self.added_bytes != self.released_bytes {
+            let bytes = &self.shared.bytes;
+            if self.added_bytes > self.released_bytes {
+                bytes.fetch_add(self.added_bytes - self.released_bytes, Relaxed);
+            } else {
+                bytes.fetch_sub(self.released_bytes - self.added_bytes, Relaxed);
+            }
+        }
+        self.added_bytes = 0;
+        self.released_bytes = 0;
     }
 
     /// Accounts for a removed entry (its state); an in-flight one's waiters get `err()`. The
-    /// engine-wide count is updated by [`flush_released`](Self::flush_released).
+    /// engine-wide count is updated by [`flush_released`](Self::flush_released): at once when
+    /// waiters are answered, so that each of them finds the room free for its next call, on any
+    /// shard (SPEC E7); otherwise at the end of the turn.
     fn release<V: Clone>(&mut self, state: State<V>, err: impl Fn() -> DedupError) {
         self.released += 1;
         match state {
             State::InFlight(f) => {
                 self.tally.in_flight -= 1;
                 if let Some(cell) = f.join {
+                    self.flush_released();
                     cell.resolve(Err(err()));
                 }
             }
             State::Done { .. } => self.tally.completed -= 1,
         }
     }
+}
+
+/// Takes a removed entry: counts it out of its tenant's use and its value's weight out of the
+/// byte budget (SPEC E16), and returns its state, keeping the box for reuse (see [`Spares`]).
+fn take<V>(
+    spares: &mut Spares<V>,
+    core: &mut Core,
+    weigher: &Option<Weigher<V>>,
+    e: Box<Entry<V>>,
+) -> State<V> {
+    let weight = match (weigher, &e.state) {
+        (Some(weigh), State::Done { result: Ok(v), .. }) => weigh(v),
+        _ => 0,
+    };
+    core.quota.remove(e.scope.as_bytes(), weight);
+    core.released_bytes += weight;
+    spares.keep(e)
 }
 
 /// Entries a shard expires or drops per poll before it yields to the scheduler.

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 pub(crate) struct ShardCounters {
     pub(crate) in_flight: AtomicU64,
     pub(crate) completed: AtomicU64,
+    pub(crate) bytes: AtomicU64,
     pub(crate) executed: AtomicU64,
     pub(crate) joined: AtomicU64,
     pub(crate) replayed: AtomicU64,
@@ -18,6 +19,7 @@ pub(crate) struct ShardCounters {
     pub(crate) failed: AtomicU64,
     pub(crate) panicked: AtomicU64,
     pub(crate) overloaded: AtomicU64,
+    pub(crate) tenant_refused: AtomicU64,
     pub(crate) rejected_in_flight: AtomicU64,
     pub(crate) lease_expired: AtomicU64,
     pub(crate) abandoned: AtomicU64,
@@ -84,6 +86,9 @@ pub struct ShardStats {
     pub in_flight: u64,
     /// Completed results stored (successes and cached failures).
     pub completed: u64,
+    /// What the stored values weigh, with a [`weigher`](crate::EngineBuilder::weigher)
+    /// (SPEC E16); 0 without one.
+    pub bytes: u64,
 }
 
 /// Outcome counters since the engine started, summed over shards.
@@ -101,8 +106,11 @@ pub struct OutcomeCounts {
     pub failed: u64,
     /// Runs whose action panicked (E4).
     pub panicked: u64,
-    /// Calls refused because the engine was full (E7).
+    /// Calls refused because the engine was full (E7, E16), or because their tenant held its
+    /// whole share (E16; counted in [`tenant_refused`](Self::tenant_refused) as well).
     pub overloaded: u64,
+    /// Calls refused because their tenant held its whole share of the engine (E16).
+    pub tenant_refused: u64,
     /// Calls refused because the scope was in flight under `Reject` (E14).
     pub rejected_in_flight: u64,
     /// Runs cancelled by the in-flight lease (E6). A run forgotten before its lease ran out was
@@ -131,6 +139,8 @@ pub struct Stats {
     pub in_flight: u64,
     /// Completed results stored, all shards.
     pub completed: u64,
+    /// What the stored values weigh, all shards (with a weigher; SPEC E16).
+    pub bytes: u64,
     /// Outcome counters, all shards.
     pub outcomes: OutcomeCounts,
 }
@@ -150,9 +160,11 @@ impl Stats {
             let sh = ShardStats {
                 in_flight: c.in_flight.load(Relaxed),
                 completed: c.completed.load(Relaxed),
+                bytes: c.bytes.load(Relaxed),
             };
             s.in_flight += sh.in_flight;
             s.completed += sh.completed;
+            s.bytes += sh.bytes;
             s.shards.push(sh);
             let o = &mut s.outcomes;
             o.executed += c.executed.load(Relaxed);
@@ -162,6 +174,7 @@ impl Stats {
             o.failed += c.failed.load(Relaxed);
             o.panicked += c.panicked.load(Relaxed);
             o.overloaded += c.overloaded.load(Relaxed);
+            o.tenant_refused += c.tenant_refused.load(Relaxed);
             o.rejected_in_flight += c.rejected_in_flight.load(Relaxed);
             o.lease_expired += c.lease_expired.load(Relaxed);
             o.abandoned += c.abandoned.load(Relaxed);

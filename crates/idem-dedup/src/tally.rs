@@ -11,6 +11,8 @@ use crate::stats::{ShardCounters, Striped};
 pub(crate) struct Tally {
     pub(crate) in_flight: u64,
     pub(crate) completed: u64,
+    /// Weight of the stored values (with a weigher).
+    pub(crate) bytes: u64,
     pub(crate) executed: u64,
     pub(crate) joined: u64,
     pub(crate) replayed: u64,
@@ -18,6 +20,7 @@ pub(crate) struct Tally {
     pub(crate) failed: u64,
     pub(crate) panicked: u64,
     pub(crate) overloaded: u64,
+    pub(crate) tenant_refused: u64,
     pub(crate) rejected_in_flight: u64,
     pub(crate) lease_expired: u64,
     pub(crate) abandoned: u64,
@@ -75,6 +78,7 @@ impl Publisher {
     ) {
         c.in_flight.store(t.in_flight, Relaxed);
         c.completed.store(t.completed, Relaxed);
+        c.bytes.store(t.bytes, Relaxed);
         c.executed.store(t.executed, Relaxed);
         c.joined.store(t.joined, Relaxed);
         c.replayed.store(t.replayed, Relaxed);
@@ -82,6 +86,7 @@ impl Publisher {
         c.failed.store(t.failed, Relaxed);
         c.panicked.store(t.panicked, Relaxed);
         c.overloaded.store(t.overloaded, Relaxed);
+        c.tenant_refused.store(t.tenant_refused, Relaxed);
         c.rejected_in_flight.store(t.rejected_in_flight, Relaxed);
         c.lease_expired.store(t.lease_expired, Relaxed);
         c.abandoned.store(t.abandoned, Relaxed);

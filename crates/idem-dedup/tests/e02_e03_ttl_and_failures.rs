@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use common::{eventually, fp, gated_leader, joiners, scope, Runs};
 use idem_core::{Code, CodeSet, Status};
-use idem_dedup::{DedupError, Engine, EntryState, OutcomeKind};
+use idem_dedup::{ConfigError, DedupError, Engine, EntryState, OutcomeKind};
 use tokio::time::advance;
 
 const TTL: Duration = Duration::from_secs(24 * 3600);
@@ -286,4 +286,53 @@ async fn e2_a_forgotten_runs_timer_leaves_the_next_run_in_its_reused_entry_alone
     advance(Duration::from_secs(4)).await;
     eventually("second run expired", || engine.stats().completed == 0).await;
     assert_eq!(engine.stats().outcomes.expired, 1);
+}
+
+/// Issue 16, item 7 (E13): the codes a retry is meant for — UNAVAILABLE, RESOURCE_EXHAUSTED,
+/// DEADLINE_EXCEEDED, ABORTED — can never be cached: the retry would get the stored failure
+/// back and replay the outage. The builder refuses them (and OK, which is not a failure) with a
+/// message that states the rule; permanent codes are accepted.
+#[tokio::test]
+async fn e13_cache_failures_refuses_retryable_codes_naming_the_rule() {
+    let ttl = Duration::from_secs(60);
+    let permanent = CodeSet::EMPTY.with(Code::FailedPrecondition);
+    for code in [
+        Code::Unavailable,
+        Code::ResourceExhausted,
+        Code::DeadlineExceeded,
+        Code::Aborted,
+    ] {
+        let err = Engine::<u32>::builder()
+            .cache_failures(permanent.with(code), ttl)
+            .build()
+            .unwrap_err();
+        let ConfigError::Invalid(rule) = err else {
+            panic!("{code}: expected an invalid setting, got {err:?}");
+        };
+        for word in ["cache_failures", code.as_str(), "retry", "replay"] {
+            assert!(rule.contains(word), "{code}: {rule:?} should say {word:?}");
+        }
+    }
+    let err = Engine::<u32>::builder()
+        .cache_failures(permanent.with(Code::Ok), ttl)
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("OK"), "{err}");
+    for code in [
+        Code::Cancelled,
+        Code::InvalidArgument,
+        Code::NotFound,
+        Code::AlreadyExists,
+        Code::PermissionDenied,
+        Code::FailedPrecondition,
+        Code::OutOfRange,
+        Code::Unimplemented,
+        Code::DataLoss,
+        Code::Unauthenticated,
+    ] {
+        let built = Engine::<u32>::builder()
+            .cache_failures(CodeSet::EMPTY.with(code), ttl)
+            .build();
+        assert!(built.is_ok(), "{code} is permanent and may be cached");
+    }
 }

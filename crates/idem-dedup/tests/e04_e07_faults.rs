@@ -390,3 +390,83 @@ async fn e6_a_run_that_ended_just_before_its_lease_is_stored_not_expired() {
     assert_eq!(runs.get(), 1);
     assert_eq!(engine.stats().outcomes.lease_expired, 0);
 }
+
+/// Issue 16, item 6 (E6): a leader whose run outlived its lease and was swept gets the lease
+/// error, not its value: nothing was stored, and the retry that follows runs the action again
+/// and is the only call to answer with a value. (The leader here is slow to start its action:
+/// the shard's lease counts from when it chose the leader, and runs out before the leader's task
+/// is polled again; the action then completes at once, before its own timer could fire.)
+#[tokio::test(start_paused = true)]
+async fn e6_a_leader_whose_run_was_swept_at_its_lease_gets_the_lease_error() {
+    let lease = Duration::from_secs(5);
+    let engine = Engine::<u32>::builder()
+        .shards(1)
+        .in_flight_timeout(lease)
+        .build()
+        .unwrap();
+    let s = scope("order-swept-leader");
+    let runs = Runs::default();
+    let r = runs.clone();
+    let mut leader = Box::pin(engine.execute(&s, fp("a"), move || async move {
+        r.hit();
+        Ok(1)
+    }));
+    // Sends `Begin`; the shard chooses this call to lead.
+    assert!(futures::poll!(leader.as_mut()).is_pending());
+    eventually("chosen to lead", || engine.stats().in_flight == 1).await;
+    advance(lease + Duration::from_millis(1)).await;
+    eventually("swept at its lease", || {
+        engine.stats().outcomes.lease_expired == 1
+    })
+    .await;
+    assert_eq!(
+        leader.await.unwrap_err(),
+        DedupError::LeaseExpired { after: lease }
+    );
+    assert_eq!(runs.get(), 1);
+    let retry = engine
+        .execute(&s, fp("a"), || async { Ok(2) })
+        .await
+        .unwrap();
+    assert_eq!((retry.kind(), *retry.value()), (OutcomeKind::Executed, 2));
+    let replay = engine
+        .execute(&s, fp("a"), || async { Ok(3) })
+        .await
+        .unwrap();
+    assert_eq!((replay.kind(), *replay.value()), (OutcomeKind::Replayed, 2));
+}
+
+/// E6 with a cached failure: the swept leader gets the lease error, not a failure that nobody
+/// else will see replayed.
+#[tokio::test(start_paused = true)]
+async fn e6_a_swept_leader_with_a_cacheable_failure_gets_the_lease_error() {
+    let lease = Duration::from_secs(5);
+    let engine = Engine::<u32>::builder()
+        .shards(1)
+        .in_flight_timeout(lease)
+        .cache_failures(
+            idem_core::CodeSet::EMPTY.with(Code::FailedPrecondition),
+            Duration::from_secs(60),
+        )
+        .build()
+        .unwrap();
+    let s = scope("order-swept-leader-2");
+    let mut leader = Box::pin(engine.execute(&s, fp("a"), || async {
+        Err(idem_core::Status::new(
+            Code::FailedPrecondition,
+            "out of stock",
+        ))
+    }));
+    assert!(futures::poll!(leader.as_mut()).is_pending());
+    eventually("chosen to lead", || engine.stats().in_flight == 1).await;
+    advance(lease + Duration::from_millis(1)).await;
+    eventually("swept at its lease", || {
+        engine.stats().outcomes.lease_expired == 1
+    })
+    .await;
+    assert_eq!(
+        leader.await.unwrap_err(),
+        DedupError::LeaseExpired { after: lease }
+    );
+    assert_eq!(engine.lookup(&s).await.unwrap(), None, "nothing stored");
+}

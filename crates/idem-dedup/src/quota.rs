@@ -1,0 +1,211 @@
+//! What a shard may still admit: the byte budget and each tenant's share (SPEC E16).
+//!
+//! # Why a share per tenant
+//!
+//! `max_entries` and `max_bytes` bound the engine's memory, and a full engine refuses new
+//! scopes rather than evict a result (eviction would let a retry run the side effect twice). On
+//! their own they let one tenant's flood of new keys fill the engine and lock every other tenant
+//! out for a whole TTL. A share caps what any one tenant may hold, so the flood is refused for
+//! that tenant alone (`TENANT_QUOTA_EXCEEDED`, with a retry-after hint) while the others go on.
+//!
+//! # Why per shard
+//!
+//! Only the shard decides what it admits (SPEC E8), so each shard keeps the counts of the
+//! tenants whose scopes hash to it, and limits each tenant to the share of *that shard's part*
+//! of the budget (`max_entries / shards`, `max_bytes / shards`). No map is shared and no lock is
+//! taken. The price is accuracy, in one direction only: a tenant never holds more than its share
+//! (plus, per shard, the rounding up to one whole entry, and the last value that took it over
+//! its bytes), but since its scopes spread over the shards at random, it is refused on a shard
+//! whose part it has used up while it may still hold less than its share on another. A tenant
+//! that floods new keys fills every shard's part, and holds its share almost exactly.
+//!
+//! # Bytes are known at completion
+//!
+//! A value's weight is known only when its run completes; an in-flight entry weighs nothing. So
+//! the byte checks look at what is stored: a new scope is admitted while the stored bytes are
+//! below the limit, and the value of a run admitted then is stored whatever it weighs (refusing
+//! to store it would let the retry run the side effect again). The stored bytes may therefore
+//! pass `max_bytes` by the values of the runs in flight when it was reached; new scopes are then
+//! refused until expiries or forgets bring the bytes back under it. Replays are never refused.
+
+use std::collections::HashMap;
+
+use crate::config::Config;
+
+/// Why a shard refuses a new scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The engine holds `max_entries` entries, or `max_bytes` of stored values (SPEC E7, E16).
+    Full,
+    /// The scope's tenant holds its whole share of this shard's part (SPEC E16).
+    Tenant,
+}
+
+/// One tenant's use of a shard.
+#[derive(Debug, Default, Clone, Copy)]
+struct Use {
+    entries: usize,
+    bytes: usize,
+}
+
+/// A shard's per-tenant limits and counts.
+pub(crate) struct Quota {
+    /// The most entries and bytes one tenant may hold in this shard; `None` without a share.
+    limit: Option<Use>,
+    /// Tenants that hold at least one entry here, by their bytes. Kept only with a share.
+    tenants: HashMap<Box<[u8]>, Use>,
+    /// Weight of the values this shard stores (with a weigher; 0 without).
+    pub(crate) bytes: usize,
+}
+
+impl Quota {
+    pub(crate) fn new(cfg: &Config) -> Self {
+        let limit = cfg.tenant_share.map(|percent| {
+            let part = |total: usize| total.div_ceil(cfg.shards);
+            let share = |part: usize| {
+                let share = part.saturating_mul(usize::from(percent)) / 100;
+                share.max(1)
+            };
+            Use {
+                entries: share(part(cfg.max_entries)),
+                bytes: share(part(cfg.max_bytes)),
+            }
+        });
+        Quota {
+            limit,
+            tenants: HashMap::new(),
+            bytes: 0,
+        }
+    }
+
+    /// Whether the tenant of the scope encoded as `scope` may have one more entry here.
+    pub(crate) fn admits(&self, scope: &[u8]) -> bool {
+        let Some(limit) = self.limit else {
+            return true;
+        };
+        self.tenants
+            .get(tenant(scope))
+            .is_none_or(|u| u.entries < limit.entries && u.bytes < limit.bytes)
+    }
+
+    /// Counts a new entry for the scope's tenant.
+    pub(crate) fn add_entry(&mut self, scope: &[u8]) {
+        if self.limit.is_some() {
+            let t = tenant(scope);
+            match self.tenants.get_mut(t) {
+                Some(u) => u.entries += 1,
+                None => {
+                    let first = Use {
+                        entries: 1,
+                        bytes: 0,
+                    };
+                    self.tenants.insert(t.into(), first);
+                }
+            }
+        }
+    }
+
+    /// Counts a stored value's weight for the scope's tenant.
+    pub(crate) fn add_bytes(&mut self, scope: &[u8], weight: usize) {
+        self.bytes += weight;
+        if self.limit.is_some() {
+            if let Some(u) = self.tenants.get_mut(tenant(scope)) {
+                u.bytes += weight;
+            }
+        }
+    }
+
+    /// Counts a removed entry (with its value's weight) out of its tenant's use.
+    pub(crate) fn remove(&mut self, scope: &[u8], weight: usize) {
+        self.bytes -= weight;
+        if self.limit.is_some() {
+            let t = tenant(scope);
+            if let Some(u) = self.tenants.get_mut(t) {
+                u.entries -= 1;
+                u.bytes -= weight;
+                if u.entries == 0 {
+                    self.tenants.remove(t);
+                }
+            }
+        }
+    }
+
+    /// Forgets every count (shutdown).
+    pub(crate) fn clear(&mut self) {
+        self.tenants.clear();
+        self.bytes = 0;
+    }
+}
+
+/// The tenant's bytes in a scope's encoding (length-prefixed, SPEC K3).
+fn tenant(scope: &[u8]) -> &[u8] {
+    match scope {
+        [hi, lo, rest @ ..] => {
+            let len = usize::from(u16::from_be_bytes([*hi, *lo]));
+            &rest[..len.min(rest.len())]
+        }
+        _ => &[],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use idem_core::Scope;
+
+    fn cfg(max_entries: usize, max_bytes: usize, shards: usize, share: u8) -> Config {
+        let mut c = crate::EngineBuilder::<u32>::new().config();
+        c.max_entries = max_entries;
+        c.max_bytes = max_bytes;
+        c.shards = shards;
+        c.tenant_share = Some(share);
+        c
+    }
+
+    fn enc(tenant: &str, key: &str) -> Vec<u8> {
+        Scope::parse(tenant, "/m", key).unwrap().as_bytes().to_vec()
+    }
+
+    /// K3/E16: the tenant is read back out of the scope's encoding, whatever it holds.
+    #[test]
+    fn e16_the_tenant_is_read_from_the_scope_encoding() {
+        assert_eq!(tenant(&enc("tenant-0042", "key-0001")), b"tenant-0042");
+        assert_eq!(tenant(&enc("a", "key-0001")), b"a");
+        assert_ne!(
+            tenant(&enc("ab", "key-0001")),
+            tenant(&enc("a", "key-0001"))
+        );
+    }
+
+    /// E16: a tenant is limited to its share of this shard's part of the budget, in entries and
+    /// in bytes; other tenants are not; removals give the room back and drop the tenant's count
+    /// once it holds nothing.
+    #[test]
+    fn e16_a_tenant_is_held_to_its_share_of_the_shards_part() {
+        // 100 entries and 1000 bytes over 4 shards: parts of 25 and 250; 20% of them: 5 and 50.
+        let mut q = Quota::new(&cfg(100, 1000, 4, 20));
+        let a = enc("a", "key-0001");
+        let b = enc("b", "key-0001");
+        for _ in 0..5 {
+            assert!(q.admits(&a));
+            q.add_entry(&a);
+        }
+        assert!(!q.admits(&a), "five entries are a's share");
+        assert!(q.admits(&b));
+        q.remove(&a, 0);
+        assert!(q.admits(&a));
+        for _ in 0..4 {
+            q.remove(&a, 0);
+        }
+        assert!(q.tenants.is_empty());
+        q.add_entry(&b);
+        q.add_bytes(&b, 60);
+        assert!(!q.admits(&b), "60 bytes is past b's 50");
+        assert_eq!(q.bytes, 60);
+        q.remove(&b, 60);
+        assert_eq!(q.bytes, 0);
+        // A share never rounds down to nothing.
+        let q = Quota::new(&cfg(1, 1, 4, 1));
+        assert!(q.admits(&a));
+    }
+}

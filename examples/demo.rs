@@ -8,17 +8,69 @@
 //! progress, then a table, and exits non-zero if any intent was created twice or any intent
 //! reported successful was not created exactly once.
 //!
-//! Run: `cargo run --release --example demo`
+//! ```sh
+//! cargo run --release --example demo                      # one server, the embedded engine
+//! cargo run --release --example demo -- --instances 2     # two servers sharing one Redis (Z4)
+//! cargo run --release --example demo -- --instances 3 --redis redis://127.0.0.1:6379/
+//! ```
+//!
+//! With `--instances N` (N ≥ 2) the proxy spreads the clients' connections over N server
+//! instances, each with its own tiered engine; all share one Redis and one orders table, so a
+//! retry that lands on another instance must replay, not create a second order. Without
+//! `--redis`, the demo starts its own `redis-server` (append-only file, fsync on every write) on a
+//! free loopback port and stops it at the end.
 
-use idem_shop::chaos::{self, ChaosConfig};
+use idem_shop::chaos::{self, ChaosConfig, Instances};
+use idem_shop::redis_server::{OwnRedis, Persistence};
+
+fn usage() -> ! {
+    eprintln!("usage: demo [--instances N] [--redis URL]");
+    std::process::exit(2)
+}
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let (mut instances, mut redis) = (1usize, None::<String>);
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--instances" => {
+                instances = match args.next().and_then(|n| n.parse().ok()) {
+                    Some(n) if n >= 1 => n,
+                    _ => usage(),
+                }
+            }
+            "--redis" => redis = Some(args.next().unwrap_or_else(|| usage())),
+            _ => usage(),
+        }
+    }
     let mut cfg = ChaosConfig::twenty_percent(200, 10, 0x1DE5);
     cfg.progress = true;
+    let mut _own = None;
+    if instances > 1 || redis.is_some() {
+        let url = match redis {
+            Some(url) => url,
+            None => {
+                let own = OwnRedis::start(Persistence::AofAlways).await?;
+                eprintln!("started redis-server at {} (appendfsync always)", own.url());
+                let url = own.url();
+                _own = Some(own);
+                url
+            }
+        };
+        cfg.instances = Instances::Redis {
+            url,
+            count: instances,
+        };
+    }
     eprintln!(
-        "idem demo: {} clients x {} orders each through a fault-injecting proxy (20% faults) on 127.0.0.1",
-        cfg.clients, cfg.intents_per_client
+        "idem demo: {} clients x {} orders each through a fault-injecting proxy (20% faults) on 127.0.0.1, {}",
+        cfg.clients,
+        cfg.intents_per_client,
+        match &cfg.instances {
+            Instances::One => "one server".to_owned(),
+            Instances::Redis { count, .. } => format!("{count} server instances sharing one Redis"),
+        }
     );
     let report = chaos::run(cfg).await?;
     println!("{}", report.table());

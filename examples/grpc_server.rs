@@ -5,13 +5,23 @@
 //! to show a replay, a key conflict and a stale stock version, prints part of `/metrics`, then
 //! keeps serving if run with `--serve`.
 //!
-//! Run: `cargo run --release --example grpc_server [-- --serve]`
+//! ```sh
+//! cargo run --release --example grpc_server [-- --serve] [--addr 127.0.0.1:50051]
+//! # two instances sharing one Redis: a retry on either replays the other's result
+//! cargo run --release --example grpc_server -- --serve --addr 127.0.0.1:50051 --redis redis://127.0.0.1:6379/
+//! cargo run --release --example grpc_server -- --serve --addr 127.0.0.1:50052 --redis redis://127.0.0.1:6379/
+//! ```
 
-use idem::dedup::Engine;
+use idem::dedup::{Deduplicator, Engine};
+use idem_redis::{RedisTier, TieredEngine};
+use idem_shop::args::ServerArgs;
 use idem_shop::faults::StatusFaults;
 use idem_shop::pb::shop_client::ShopClient;
 use idem_shop::pb::{CreateOrderRequest, DeductStockRequest, GetBookRequest};
 use idem_shop::{grpc, metrics, Shop};
+use idem_tower::StoredResponse;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 fn with_key<T>(msg: T, key: &str) -> tonic::Request<T> {
     let mut r = tonic::Request::new(msg);
@@ -23,10 +33,37 @@ fn with_key<T>(msg: T, key: &str) -> tonic::Request<T> {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+async fn main() -> Result<(), BoxError> {
+    let args = ServerArgs::from_env("grpc_server");
     let metrics_addr = metrics::serve(metrics::recorder()).await?;
-    let engine = Engine::builder().build()?;
-    let server = grpc::serve(Shop::new(), engine, StatusFaults::default()).await?;
+    match &args.redis {
+        None => run(&args, metrics_addr, Engine::builder().build()?).await,
+        Some(url) => {
+            let tier = RedisTier::builder().connect(url).await?;
+            println!("deduplicating through Redis at {url} (shared with every instance)");
+            run(
+                &args,
+                metrics_addr,
+                TieredEngine::<StoredResponse>::builder(tier).build()?,
+            )
+            .await
+        }
+    }
+}
+
+async fn run<D: Deduplicator<Value = StoredResponse>>(
+    args: &ServerArgs,
+    metrics_addr: std::net::SocketAddr,
+    engine: D,
+) -> Result<(), BoxError> {
+    let server = grpc::serve_on(
+        args.listener().await?,
+        Shop::new(),
+        engine,
+        StatusFaults::default(),
+        grpc::idem_layer,
+    )
+    .await?;
     println!(
         "gRPC shop on http://{}   /metrics on http://{metrics_addr}/metrics",
         server.addr
@@ -101,10 +138,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 
     let text = metrics::scrape(metrics_addr).await?;
     println!("\n/metrics (idem lines):");
-    for line in text.lines().filter(|l| l.starts_with("idem_dedup_")) {
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("idem_dedup_") || l.starts_with("idem_tier_"))
+    {
         println!("  {line}");
     }
-    if std::env::args().any(|a| a == "--serve") {
+    if args.serve {
         println!("\nserving until killed");
         std::future::pending::<()>().await;
     }

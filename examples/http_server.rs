@@ -1,23 +1,57 @@
 //! The shop over HTTP (axum) behind the idem layer: `Idempotency-Key` per SPEC T2 (an RFC 8941
 //! sf-string or a bare token), errors as `application/problem+json` with 400 / 409 / 422 / 429.
 //!
-//! The example serves on a free loopback port, makes a few calls with hyper's client to show a
-//! replay and each error, then keeps serving if run with `--serve`.
+//! The example serves on a free loopback port (or `--addr`), makes a few calls with hyper's client
+//! to show a replay and each error, then keeps serving if run with `--serve`. Prometheus metrics
+//! are on a second port, at `/metrics`.
 //!
-//! Run: `cargo run --release --example http_server [-- --serve]`
+//! ```sh
+//! cargo run --release --example http_server [-- --serve] [--addr 127.0.0.1:8080]
+//! # instances sharing one Redis: a retry on either replays the other's result
+//! cargo run --release --example http_server -- --serve --addr 127.0.0.1:8080 --redis redis://127.0.0.1:6379/
+//! ```
 
 use std::time::Duration;
 
-use idem::dedup::{Engine, InFlightPolicy};
-use idem_shop::http::{post_form, serve};
-use idem_shop::Shop;
+use idem::dedup::{Deduplicator, Engine, InFlightPolicy};
+use idem_redis::{RedisTier, TieredEngine};
+use idem_shop::args::ServerArgs;
+use idem_shop::http::{post_form, serve_on};
+use idem_shop::{metrics, Shop};
+use idem_tower::{IdemLayer, StoredResponse};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let engine = Engine::builder()
-        .in_flight_policy(InFlightPolicy::Reject) // duplicates in flight get 409, as the IETF draft says
-        .build()?;
-    let addr = serve(Shop::with_work(Duration::from_millis(200)), engine).await?;
+async fn main() -> Result<(), BoxError> {
+    let args = ServerArgs::from_env("http_server");
+    let metrics_addr = metrics::serve(metrics::recorder()).await?;
+    println!("/metrics on http://{metrics_addr}/metrics");
+    match &args.redis {
+        None => {
+            let engine = Engine::builder()
+                .in_flight_policy(InFlightPolicy::Reject) // duplicates in flight get 409, as the IETF draft says
+                .build()?;
+            run(&args, engine).await
+        }
+        Some(url) => {
+            let tier = RedisTier::builder().connect(url).await?;
+            println!("deduplicating through Redis at {url} (shared with every instance)");
+            run(
+                &args,
+                TieredEngine::<StoredResponse>::builder(tier).build()?,
+            )
+            .await
+        }
+    }
+}
+
+async fn run<D: Deduplicator<Value = StoredResponse>>(
+    args: &ServerArgs,
+    engine: D,
+) -> Result<(), BoxError> {
+    let shop = Shop::with_work(Duration::from_millis(200));
+    let addr = serve_on(args.listener().await?, shop, IdemLayer::new(engine)).await?;
     println!("HTTP shop on http://{addr}  (POST /orders, POST /stock/{{sku}}/deduct, GET /books/{{sku}})\n");
     let body = "intent_id=checkout-7&sku=book-1&quantity=1";
     let show = |what: &str, r: &idem_shop::http::Reply| {
@@ -82,7 +116,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         &post_form(addr, "/orders", Some("not a key"), "tenant-0042", body).await?,
     );
 
-    if std::env::args().any(|a| a == "--serve") {
+    if args.serve {
         println!("\nserving until killed");
         std::future::pending::<()>().await;
     }

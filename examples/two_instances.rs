@@ -1,75 +1,36 @@
 //! Two instances of a service, one Redis: a client's retries land on both, the side effect
-//! happens once (SPEC D1–D3).
+//! happens once (D1–D3).
 //!
 //! ```sh
 //! cargo run --release --example two_instances --features redis
 //! REDIS_URL=redis://127.0.0.1:6379/ cargo run --release --example two_instances --features redis
 //! ```
 //!
-//! Without `REDIS_URL` the example starts its own `redis-server` on a free loopback port (and
-//! stops it at the end).
+//! Without `REDIS_URL` the example starts its own `redis-server` (append-only file, fsync on every
+//! write) on a free loopback port, and stops it at the end.
 
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use idem::redis::{RedisTier, TieredEngine};
 use idem::{Fingerprint, IdempotencyKey, Scope, Status};
-
-/// A `redis-server` this example started; killed on drop.
-struct OwnRedis(Child, std::path::PathBuf);
-
-impl Drop for OwnRedis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        let _ = std::fs::remove_dir_all(&self.1);
-    }
-}
-
-fn start_redis() -> Result<(String, OwnRedis), Box<dyn std::error::Error>> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let dir = std::env::temp_dir().join(format!("idem-two-instances-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no", "--dir"])
-        .arg(&dir)
-        .stdout(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start redis-server ({e}); install it or set REDIS_URL"))?;
-    Ok((format!("redis://127.0.0.1:{port}/"), OwnRedis(child, dir)))
-}
-
-async fn connect(url: &str) -> Result<RedisTier, Box<dyn std::error::Error>> {
-    let mut last = None;
-    for _ in 0..100 {
-        match RedisTier::builder().connect(url).await {
-            Ok(t) => return Ok(t),
-            Err(e) => last = Some(e),
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Err(format!("redis at {url} did not answer: {}", last.unwrap()).into())
-}
+use idem_shop::redis_server::{OwnRedis, Persistence};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (url, _own) = match std::env::var("REDIS_URL") {
         Ok(url) => (url, None),
         Err(_) => {
-            let (url, own) = start_redis()?;
-            println!("started redis-server at {url}");
-            (url, Some(own))
+            let own = OwnRedis::start(Persistence::AofAlways).await?;
+            println!("started redis-server at {} (appendfsync always)", own.url());
+            (own.url(), Some(own))
         }
     };
 
     // Two instances: each its own engine and its own Redis connections.
-    let a = TieredEngine::<String>::builder(connect(&url).await?).build()?;
-    let b = TieredEngine::<String>::builder(connect(&url).await?).build()?;
+    let a = TieredEngine::<String>::builder(RedisTier::builder().connect(&url).await?).build()?;
+    let b = TieredEngine::<String>::builder(RedisTier::builder().connect(&url).await?).build()?;
 
     let key = IdempotencyKey::generate(); // once per business intent
     let scope = Scope::new("tenant-0042", "/shop.v1.Shop/CreateOrder", &key)?;

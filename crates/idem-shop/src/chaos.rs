@@ -9,9 +9,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem_core::IdempotencyKey;
-use idem_dedup::Engine;
+use idem_dedup::tiered::TierStats;
+use idem_dedup::{Deduplicator, Engine, Stats};
+use idem_redis::{RedisTier, TieredEngine};
 use idem_retry::{GiveUp, RetryBudget, RetryPolicy};
-use idem_tower::{CallReport, ClientStats, Failure, RetryLayer, Writes};
+use idem_tower::{
+    CallFailed, CallReport, ClientStats, Failure, RetryLayer, StoredResponse, Writes,
+};
 use tonic::transport::Endpoint;
 
 use crate::faults::StatusFaults;
@@ -20,9 +24,26 @@ use crate::pb::CreateOrderRequest;
 use crate::proxy::{ProxyCounts, ProxyFaults};
 use crate::{grpc, metrics, Shop, WRITES};
 
+/// Where the server side of a chaos run deduplicates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Instances {
+    /// One server with the embedded engine.
+    One,
+    /// `count` server instances behind the proxy (round robin per connection), each with its own
+    /// tiered engine, all sharing the Redis at `url` and one shop (one orders table).
+    Redis {
+        /// The shared Redis.
+        url: String,
+        /// Server instances.
+        count: usize,
+    },
+}
+
 /// How a chaos run is set up.
 #[derive(Debug, Clone)]
 pub struct ChaosConfig {
+    /// One embedded engine, or several instances sharing a Redis.
+    pub instances: Instances,
     /// Concurrent clients, each with its own connection through the proxy.
     pub clients: usize,
     /// Intents each client creates, one after another.
@@ -45,6 +66,7 @@ impl ChaosConfig {
     /// `clients` × `intents` with 20% faults of every kind, 4% each.
     pub fn twenty_percent(clients: usize, intents: usize, seed: u64) -> Self {
         ChaosConfig {
+            instances: Instances::One,
             clients,
             intents_per_client: intents,
             proxy: ProxyFaults {
@@ -88,8 +110,12 @@ pub struct ChaosReport {
     pub orders: HashMap<String, Vec<u64>>,
     /// The client layer's counters.
     pub client: ClientStats,
-    /// The engine's counters.
-    pub engine: idem_dedup::Stats,
+    /// The (local) engines' counters, summed over instances.
+    pub engine: Stats,
+    /// Server instances.
+    pub instances: usize,
+    /// The tiered engines' counters, summed over instances (`None` with one embedded engine).
+    pub tier: Option<TierStats>,
     /// What the proxy injected.
     pub proxy: Arc<ProxyCounts>,
     /// `UNAVAILABLE` answers injected.
@@ -169,6 +195,13 @@ impl ChaosReport {
         let rows: Vec<(String, String)> = vec![
             ("business intents".into(), self.results.len().to_string()),
             ("concurrent clients".into(), self.clients.to_string()),
+            (
+                "server instances".into(),
+                match self.tier {
+                    None => "1 (embedded engine)".to_owned(),
+                    Some(_) => format!("{} (sharing one Redis)", self.instances),
+                },
+            ),
             ("attempts".into(), c.retrier.attempts.to_string()),
             ("retries".into(), c.retrier.retries.to_string()),
             (
@@ -218,6 +251,21 @@ impl ChaosReport {
             ("server: replays".into(), e.replayed.to_string()),
             ("server: joins".into(), e.joined.to_string()),
             ("server: conflicts".into(), e.conflicts.to_string()),
+        ];
+        let mut rows = rows;
+        if let Some(t) = &self.tier {
+            rows.extend([
+                (
+                    "tier: claimed and ran / other instance's result".into(),
+                    format!("{} / {}", t.executed, t.remote_replayed + t.remote_joined),
+                ),
+                (
+                    "tier: fenced out / unrecorded / unavailable".into(),
+                    format!("{} / {} / {}", t.fenced_out, t.unrecorded, t.unavailable),
+                ),
+            ]);
+        }
+        rows.extend::<Vec<(String, String)>>(vec![
             ("intents succeeded".into(), self.succeeded().to_string()),
             (
                 "give-ups".into(),
@@ -233,7 +281,7 @@ impl ChaosReport {
                     c.retrier.give_ups(GiveUp::Attempts),
                     c.retrier.give_ups(GiveUp::Deadline),
                     c.retrier.give_ups(GiveUp::Budget),
-                    c.retrier.give_ups(GiveUp::NotRetryable)
+                    c.retrier.give_ups(GiveUp::NotRetryable) + c.retrier.give_ups(GiveUp::Pushback)
                 ),
             ),
             (
@@ -268,7 +316,7 @@ impl ChaosReport {
                 "wall time".into(),
                 format!("{:.2} s", self.elapsed.as_secs_f64()),
             ),
-        ];
+        ]);
         let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
         let v = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
         let line = format!("+{}+{}+\n", "-".repeat(w + 2), "-".repeat(v + 2));
@@ -285,15 +333,48 @@ impl ChaosReport {
 ///
 /// # Errors
 ///
-/// Setting up the servers failed.
+/// Setting up the servers (or connecting to Redis) failed.
 pub async fn run(
     cfg: ChaosConfig,
 ) -> Result<ChaosReport, Box<dyn std::error::Error + Send + Sync>> {
-    let handle = metrics::recorder(); // before the engine, so its gauges register
+    let handle = metrics::recorder(); // before the engines, so their gauges register
     let metrics_addr = metrics::serve(handle).await?;
-    let engine = Engine::builder().build()?;
-    let server = grpc::serve(Shop::with_work(cfg.work), engine.clone(), cfg.status).await?;
-    let proxy = crate::proxy::start(server.addr, cfg.proxy).await?;
+    let shop = Shop::with_work(cfg.work);
+    match cfg.instances.clone() {
+        Instances::One => {
+            let engine = Engine::builder().build()?;
+            drive(cfg, shop, vec![engine], metrics_addr, |_| None).await
+        }
+        Instances::Redis { url, count } => {
+            // A prefix of this run's own, so runs on one Redis never see each other's records.
+            let prefix = format!("idem:chaos:{}:", idem_dedup::remote::OwnerId::random());
+            let mut engines = Vec::with_capacity(count);
+            for _ in 0..count.max(1) {
+                let tier = RedisTier::builder()
+                    .prefix(prefix.clone())
+                    .command_timeout(Duration::from_secs(2))
+                    .connect(&url)
+                    .await?;
+                engines.push(TieredEngine::<StoredResponse>::builder(tier).build()?);
+            }
+            drive(cfg, shop, engines, metrics_addr, |e| Some(e.stats())).await
+        }
+    }
+}
+
+async fn drive<D: Deduplicator<Value = StoredResponse>>(
+    cfg: ChaosConfig,
+    shop: Shop,
+    engines: Vec<D>,
+    metrics_addr: std::net::SocketAddr,
+    tier_stats: impl Fn(&D) -> Option<TierStats>,
+) -> Result<ChaosReport, Box<dyn std::error::Error + Send + Sync>> {
+    let mut servers = Vec::with_capacity(engines.len());
+    for engine in &engines {
+        servers.push(grpc::serve(shop.clone(), engine.clone(), cfg.status).await?);
+    }
+    let proxy =
+        crate::proxy::start_many(servers.iter().map(|s| s.addr).collect(), cfg.proxy).await?;
 
     let layer = RetryLayer::builder()
         .policy(
@@ -303,7 +384,12 @@ pub async fn run(
                 .max_delay(Duration::from_millis(200))
                 .build()?,
         )
-        .budget(RetryBudget::builder().ratio(0.5).min_per_sec(100).build()?)
+        .budget(
+            RetryBudget::builder()
+                .ratio(0.5)
+                .min_per_sec(1000)
+                .build()?,
+        )
         .writes(Writes::paths(WRITES))
         .call_timeout(Duration::from_secs(20))
         .attempt_timeout(cfg.attempt_timeout)
@@ -383,7 +469,12 @@ pub async fn run(
                             .map_or(1, |r| r.attempts);
                         (Ok(resp.get_ref().order_id), attempts)
                     }
-                    Err(status) => (Err(status.code()), 0),
+                    Err(status) => {
+                        let attempts = std::error::Error::source(&status)
+                            .and_then(|e| e.downcast_ref::<CallFailed>())
+                            .map_or(0, CallFailed::attempts);
+                        (Err(status.code()), attempts)
+                    }
                 };
                 done.fetch_add(1, Relaxed);
                 results.push(IntentResult {
@@ -405,17 +496,35 @@ pub async fn run(
     if let Some(t) = ticker {
         let _ = t.await;
     }
-    // Runs handed off by dropped callers (E5) finish on their own; wait for the engine to drain.
-    while engine.stats().in_flight > 0 {
+    // Runs handed off by dropped callers (E5) finish on their own; wait for the engines to drain.
+    while engines.iter().any(|e| e.stats().in_flight > 0) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    let mut engine = Stats::default();
+    let mut tier: Option<TierStats> = None;
+    for e in &engines {
+        add_stats(&mut engine, &e.stats());
+        if let Some(t) = tier_stats(e) {
+            let sum = tier.get_or_insert_with(TierStats::default);
+            add_tier(sum, &t);
+        }
+    }
+    let fault_count =
+        |f: fn(&crate::faults::StatusFaultCounts) -> &std::sync::atomic::AtomicU64| {
+            servers
+                .iter()
+                .map(|s| f(&s.faults).load(Relaxed))
+                .sum::<u64>()
+        };
     let report = ChaosReport {
-        orders: server.shop.orders(),
+        orders: shop.orders(),
         client: layer.stats(),
-        engine: engine.stats(),
+        engine,
+        instances: engines.len(),
+        tier,
         proxy: proxy.counts.clone(),
-        unavailable: server.faults.unavailable.load(Relaxed),
-        resource_exhausted: server.faults.resource_exhausted.load(Relaxed),
+        unavailable: fault_count(|f| &f.unavailable),
+        resource_exhausted: fault_count(|f| &f.resource_exhausted),
         peak_in_flight: peak.load(Relaxed) as f64,
         scrapes: scrapes.load(Relaxed),
         elapsed,
@@ -423,6 +532,43 @@ pub async fn run(
         results,
     };
     drop(proxy);
-    drop(server); // signals shutdown
+    drop(servers); // signals shutdown
     Ok(report)
+}
+
+fn add_stats(sum: &mut Stats, s: &Stats) {
+    sum.in_flight += s.in_flight;
+    sum.completed += s.completed;
+    let (o, a) = (&mut sum.outcomes, &s.outcomes);
+    o.executed += a.executed;
+    o.joined += a.joined;
+    o.replayed += a.replayed;
+    o.conflicts += a.conflicts;
+    o.failed += a.failed;
+    o.panicked += a.panicked;
+    o.overloaded += a.overloaded;
+    o.rejected_in_flight += a.rejected_in_flight;
+    o.lease_expired += a.lease_expired;
+    o.abandoned += a.abandoned;
+    o.expired += a.expired;
+    o.deadline_exceeded += a.deadline_exceeded;
+    o.mailbox_full += a.mailbox_full;
+}
+
+fn add_tier(sum: &mut TierStats, t: &TierStats) {
+    sum.executed += t.executed;
+    sum.remote_replayed += t.remote_replayed;
+    sum.remote_joined += t.remote_joined;
+    sum.conflicts += t.conflicts;
+    sum.unavailable += t.unavailable;
+    sum.fail_open += t.fail_open;
+    sum.fenced_out += t.fenced_out;
+    sum.wait_timeouts += t.wait_timeouts;
+    sum.failed += t.failed;
+    sum.unrecorded += t.unrecorded;
+    sum.recorded_late += t.recorded_late;
+    sum.record_lost += t.record_lost;
+    sum.release_failed += t.release_failed;
+    sum.reclaimed += t.reclaimed;
+    sum.local_full += t.local_full;
 }

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use idem_dedup::Engine;
+use idem_dedup::{Deduplicator, Engine};
 use idem_tower::{IdemLayer, StoredResponse, Writes};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -16,20 +16,20 @@ use crate::{Shop, WRITES};
 
 /// A running gRPC shop. Dropping it stops the server.
 #[derive(Debug)]
-pub struct RunningGrpc {
+pub struct RunningGrpc<D = Engine<StoredResponse>> {
     /// Where it listens (127.0.0.1).
     pub addr: SocketAddr,
     /// The shop (its orders per intent).
     pub shop: Shop,
-    /// The engine behind the idem layer (its stats).
-    pub engine: Engine<StoredResponse>,
+    /// The deduplicator behind the idem layer (its stats): an [`Engine`], or a tiered engine.
+    pub engine: D,
     /// Server-side faults injected so far.
     pub faults: Arc<StatusFaultCounts>,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
 
-impl RunningGrpc {
+impl<D> RunningGrpc<D> {
     /// Stops accepting and waits for the server task.
     pub async fn stop(mut self) {
         if let Some(tx) = self.shutdown.take() {
@@ -41,7 +41,7 @@ impl RunningGrpc {
     }
 }
 
-impl Drop for RunningGrpc {
+impl<D> Drop for RunningGrpc<D> {
     fn drop(&mut self) {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
@@ -51,7 +51,7 @@ impl Drop for RunningGrpc {
 
 /// The layer stack every shop server uses: server-side faults (outermost, like a load shedder),
 /// the toy bearer-token auth (tenant extension), then the idem layer with the shop's writes.
-pub fn idem_layer(engine: &Engine<StoredResponse>) -> IdemLayer {
+pub fn idem_layer<D: Deduplicator<Value = StoredResponse>>(engine: &D) -> IdemLayer<D> {
     IdemLayer::builder(engine.clone())
         .writes(Writes::paths(WRITES))
         .build()
@@ -63,11 +63,11 @@ pub fn idem_layer(engine: &Engine<StoredResponse>) -> IdemLayer {
 /// # Errors
 ///
 /// Binding the listener failed.
-pub async fn serve(
+pub async fn serve<D: Deduplicator<Value = StoredResponse>>(
     shop: Shop,
-    engine: Engine<StoredResponse>,
+    engine: D,
     faults: StatusFaults,
-) -> std::io::Result<RunningGrpc> {
+) -> std::io::Result<RunningGrpc<D>> {
     serve_with(shop, engine, faults, idem_layer).await
 }
 
@@ -76,13 +76,34 @@ pub async fn serve(
 /// # Errors
 ///
 /// Binding the listener failed.
-pub async fn serve_with(
+pub async fn serve_with<D: Deduplicator<Value = StoredResponse>>(
     shop: Shop,
-    engine: Engine<StoredResponse>,
+    engine: D,
     faults: StatusFaults,
-    make_layer: impl FnOnce(&Engine<StoredResponse>) -> IdemLayer,
-) -> std::io::Result<RunningGrpc> {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    make_layer: impl FnOnce(&D) -> IdemLayer<D>,
+) -> std::io::Result<RunningGrpc<D>> {
+    serve_on(
+        TcpListener::bind("127.0.0.1:0").await?,
+        shop,
+        engine,
+        faults,
+        make_layer,
+    )
+    .await
+}
+
+/// As [`serve_with`], on a listener of the caller's (a fixed `--addr`).
+///
+/// # Errors
+///
+/// Reading the listener's address failed.
+pub async fn serve_on<D: Deduplicator<Value = StoredResponse>>(
+    listener: TcpListener,
+    shop: Shop,
+    engine: D,
+    faults: StatusFaults,
+    make_layer: impl FnOnce(&D) -> IdemLayer<D>,
+) -> std::io::Result<RunningGrpc<D>> {
     let addr = listener.local_addr()?;
     let fault_layer = StatusFaultLayer::new(faults);
     let counts = fault_layer.counts();

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
 use http::StatusCode;
-use idem_dedup::Engine;
+use idem_dedup::{Deduplicator, Engine};
 use idem_tower::{IdemLayer, StoredResponse};
 use tokio::net::TcpListener;
 
@@ -21,7 +21,10 @@ use crate::auth::BearerTenantLayer;
 use crate::{pb, Shop};
 
 /// The router with [`BearerTenantLayer`] and `idem` in front of every route.
-pub fn router(shop: Shop, idem: IdemLayer) -> axum::Router {
+pub fn router<D: Deduplicator<Value = StoredResponse>>(
+    shop: Shop,
+    idem: IdemLayer<D>,
+) -> axum::Router {
     axum::Router::new()
         .route("/books/{sku}", get(get_book))
         .route("/orders", post(create_order))
@@ -48,8 +51,23 @@ pub async fn serve(shop: Shop, engine: Engine<StoredResponse>) -> std::io::Resul
 /// # Errors
 ///
 /// Binding the listener failed.
-pub async fn serve_with(shop: Shop, idem: IdemLayer) -> std::io::Result<SocketAddr> {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
+pub async fn serve_with<D: Deduplicator<Value = StoredResponse>>(
+    shop: Shop,
+    idem: IdemLayer<D>,
+) -> std::io::Result<SocketAddr> {
+    serve_on(TcpListener::bind("127.0.0.1:0").await?, shop, idem).await
+}
+
+/// As [`serve_with`], on a listener of the caller's (a fixed `--addr`).
+///
+/// # Errors
+///
+/// Reading the listener's address failed.
+pub async fn serve_on<D: Deduplicator<Value = StoredResponse>>(
+    listener: TcpListener,
+    shop: Shop,
+    idem: IdemLayer<D>,
+) -> std::io::Result<SocketAddr> {
     let addr = listener.local_addr()?;
     let app = router(shop, idem);
     tokio::spawn(async move {

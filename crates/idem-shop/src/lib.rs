@@ -11,11 +11,14 @@
 //!   [`proxy`]: a TCP proxy that drops connections before or after a request is sent and slows
 //!   answers past the deadline.
 //! * [`metrics`]: a Prometheus `/metrics` endpoint and a scraper.
+//! * [`redis_server`]: a `redis-server` of the demo's own, for the two-instance mode.
+//! * [`args`]: the example servers' command line (`--serve`, `--addr`, `--redis`).
 //! * [`auth`]: a toy authentication layer that puts a [`Tenant`](idem_tower::Tenant) in the
 //!   request's extensions (SPEC T1a).
 #![forbid(unsafe_code)]
 #![warn(missing_debug_implementations, rust_2018_idioms)]
 
+pub mod args;
 pub mod auth;
 pub mod chaos;
 pub mod faults;
@@ -23,6 +26,7 @@ pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod proxy;
+pub mod redis_server;
 mod rng;
 mod shop;
 

@@ -86,6 +86,26 @@ const HEADERS: u8 = 0x1;
 ///
 /// Binding the listener failed.
 pub async fn start(upstream: SocketAddr, faults: ProxyFaults) -> std::io::Result<FaultProxy> {
+    start_many(vec![upstream], faults).await
+}
+
+/// Starts a proxy on `127.0.0.1:0` that spreads connections over `upstreams`, round robin: a
+/// client that reconnects after a dropped connection lands on the next instance, as behind a
+/// load balancer, so retries of one intent reach different instances.
+///
+/// # Errors
+///
+/// Binding the listener failed, or `upstreams` is empty.
+pub async fn start_many(
+    upstreams: Vec<SocketAddr>,
+    faults: ProxyFaults,
+) -> std::io::Result<FaultProxy> {
+    if upstreams.is_empty() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the proxy needs at least one upstream",
+        ));
+    }
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let counts = Arc::new(ProxyCounts::default());
@@ -93,7 +113,8 @@ pub async fn start(upstream: SocketAddr, faults: ProxyFaults) -> std::io::Result
     let c = counts.clone();
     let task = tokio::spawn(async move {
         while let Ok((client, _)) = listener.accept().await {
-            c.connections.fetch_add(1, Relaxed);
+            let n = c.connections.fetch_add(1, Relaxed);
+            let upstream = upstreams[(n as usize) % upstreams.len()];
             let (c, rng) = (c.clone(), rng.clone());
             tokio::spawn(async move {
                 if let Ok(server) = TcpStream::connect(upstream).await {

@@ -143,6 +143,7 @@
 //! | `retrier.rs` | [`Retrier`] | R1–R6 |
 //! | `metrics.rs`, `stats.rs` | metric names, [`GiveUp`], [`RetryStats`] | |
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(
     missing_docs,
     missing_debug_implementations,

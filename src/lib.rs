@@ -77,7 +77,8 @@ pub use idem_redis as redis;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-/// Each published crate's README, compiled and run as doctests too.
+/// Each published crate's README, compiled and run as doctests too (in the repository: the
+/// facade's package does not hold the other crates' files, and needs them only for this).
 #[cfg(all(
     doctest,
     feature = "dedup",

@@ -6,7 +6,7 @@
 //! that function:
 //!
 //! ```text
-//! cargo bench --bench instructions --no-run          # prints the binary's path
+//! cargo bench -p idem-benches --bench instructions --no-run   # prints the binary's path
 //! valgrind --tool=callgrind --toggle-collect='instructions::measure_*' \
 //!     target/release/deps/instructions-<hash> replay idem 40000
 //! ```

@@ -7,7 +7,7 @@
 //! p50 figures can be read against it:
 //!
 //! ```text
-//! cargo bench --bench machine
+//! cargo bench -p idem-benches --bench machine
 //! ```
 //!
 //! - **Dependent-load latency**: a random cycle through one 64-byte line per node of an array of

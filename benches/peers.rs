@@ -1,8 +1,9 @@
 //! idem against the stores users pick instead, on identical workloads in one run (issue 4,
 //! BENCHMARKS.md): (a) replay, (b) unique, (c) hot key, (d) memory, plus the floors.
 //!
-//! `cargo bench --bench peers`; `IDEM_BENCH_QUICK=1` for a run of about two minutes. Writes
-//! `target/idem-bench/summary.json` (under `$CARGO_TARGET_DIR` when set) and prints it as a table.
+//! `cargo bench -p idem-benches --bench peers`; `IDEM_BENCH_QUICK=1` for a run of about two
+//! minutes. Writes `target/idem-bench/summary.json` (under `$CARGO_TARGET_DIR` when set) and prints
+//! it as a table.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -193,7 +194,7 @@ fn replay<S: Store>(ctx: &mut Ctx, g: &mut BenchmarkGroup<'_, WallTime>) {
     ctx.retire(async move { drop((store, keys)) }, SETTLE);
 }
 
-/// SPEC E9 / issue 4: `stats()` read every millisecond under the replay load. Alternates runs
+/// E9 / issue 4: `stats()` read every millisecond under the replay load. Alternates runs
 /// with and without the reader (about 0.1 s each, 20 pairs quick / 30 full, the side that goes
 /// first alternating too) and compares the medians, so drift on a noisy machine hits both sides.
 fn stats_overhead<S: Store>(ctx: &mut Ctx, store: &Arc<S>, keys: &Arc<Vec<S::Key>>, ops: f64) {

@@ -2,7 +2,7 @@
 //! on a bigger machine) and 1, 2 and all worker threads. Writes `shard_scaling.csv` and
 //! `shard_scaling.svg` under `target/idem-bench/` and says where each curve bends.
 //!
-//! `cargo bench --bench shard_scaling`; `IDEM_BENCH_QUICK=1` for a short run.
+//! `cargo bench -p idem-benches --bench shard_scaling`; `IDEM_BENCH_QUICK=1` for a short run.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -13,6 +13,18 @@
 //! | [`dedup`] | `idem-dedup` | `dedup` (default) | the sharded in-process deduplication engine |
 //! | [`retry`] | `idem-retry` | `retry` (default) | backoff, classification, retry budget, retrier |
 //! | `tower` | `idem-tower` | `tower` | tower layers for tonic/axum servers and clients |
+//! | `redis` | `idem-redis` | `redis` | cross-instance deduplication on Redis and Redis Cluster |
+//!
+//! The package is `idem-kit` on crates.io (the name `idem` belongs to an unrelated crate); the
+//! library keeps the short name:
+//!
+//! ```toml
+//! [dependencies]
+//! idem-kit = { version = "0.1", features = ["tower"] } # `use idem::...`
+//! ```
+//!
+//! Requirement IDs in these docs (K1, E5, R8, ...) are defined in the repository's
+//! `REQUIREMENTS.md`.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -32,6 +44,7 @@
 //! # Ok(()) }
 //! ```
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(
     missing_docs,
     missing_debug_implementations,
@@ -41,20 +54,20 @@
 
 pub use idem_core::*;
 
-/// The deduplication engine (SPEC E1–E14); see [`idem_dedup`].
+/// The deduplication engine (E1–E14); see [`idem_dedup`].
 #[cfg(feature = "dedup")]
 pub use idem_dedup as dedup;
 
-/// Backoff, classification, retry budget and the retrier (SPEC R1–R7); see [`idem_retry`].
+/// Backoff, classification, retry budget and the retrier (R1–R7); see [`idem_retry`].
 #[cfg(feature = "retry")]
 pub use idem_retry as retry;
 
-/// Tower layers: server-side dedup for tonic and axum, client-side retries (SPEC T1–T3); see
+/// Tower layers: server-side dedup for tonic and axum, client-side retries (T1–T3); see
 /// [`idem_tower`].
 #[cfg(feature = "tower")]
 pub use idem_tower as tower;
 
-/// Cross-instance deduplication on Redis and Redis Cluster (SPEC D1–D3); see [`idem_redis`].
+/// Cross-instance deduplication on Redis and Redis Cluster (D1–D3); see [`idem_redis`].
 #[cfg(feature = "redis")]
 pub use idem_redis as redis;
 
@@ -63,3 +76,25 @@ pub use idem_redis as redis;
 #[cfg(all(doctest, feature = "dedup", feature = "redis"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// Each published crate's README, compiled and run as doctests too (in the repository: the
+/// facade's package does not hold the other crates' files, and needs them only for this).
+#[cfg(all(
+    doctest,
+    feature = "dedup",
+    feature = "retry",
+    feature = "tower",
+    feature = "redis"
+))]
+mod crate_readmes {
+    #[doc = include_str!("../crates/idem-core/README.md")]
+    struct Core;
+    #[doc = include_str!("../crates/idem-dedup/README.md")]
+    struct Dedup;
+    #[doc = include_str!("../crates/idem-retry/README.md")]
+    struct Retry;
+    #[doc = include_str!("../crates/idem-tower/README.md")]
+    struct Tower;
+    #[doc = include_str!("../crates/idem-redis/README.md")]
+    struct Redis;
+}

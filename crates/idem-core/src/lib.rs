@@ -46,6 +46,7 @@
 //! # Ok::<(), idem_core::ScopeError>(())
 //! ```
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(
     missing_docs,
     missing_debug_implementations,

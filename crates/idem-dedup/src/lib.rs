@@ -104,6 +104,7 @@
 //! stream of new keys and expiries does not go through the allocator twice per key. See the
 //! repository's `BENCHMARKS.md` for the comparison with other stores.
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(
     missing_docs,
     missing_debug_implementations,

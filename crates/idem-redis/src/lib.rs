@@ -120,6 +120,7 @@
 //! facade (names in [`metrics`]). [`TieredEngine::local_stats`] gives the local engine's counts,
 //! and [`RedisTier::commands_sent`] the Redis calls made.
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(
     missing_docs,
     missing_debug_implementations,

@@ -175,6 +175,7 @@
 //! | `retrier.rs`, `error.rs` | [`Retrier`], [`RetryError`] | R1–R6, R8 |
 //! | `metrics.rs`, `stats.rs` | metric names, [`GiveUp`], [`RetryStats`] | |
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(
     missing_docs,
     missing_debug_implementations,

@@ -127,6 +127,7 @@
 //! | `key_header.rs`, `tenant.rs`, `writes.rs` | [`key_from_headers`], [`Tenant`], [`Writes`] |
 //! | `protocol.rs`, `reject.rs`, [`headers`] | gRPC vs HTTP, error rendering, header names |
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(
     missing_docs,
     missing_debug_implementations,

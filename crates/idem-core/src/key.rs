@@ -31,7 +31,7 @@ const DERIVE_NAMESPACE: uuid::Uuid =
 /// assert_eq!(key.as_str().len(), 36);
 ///
 /// let err = IdempotencyKey::parse("short").unwrap_err();
-/// assert!(err.to_string().contains("at least 8"));
+/// assert!(err.to_string().contains("8-64 characters"));
 /// # Ok::<(), idem_core::KeyError>(())
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -64,15 +64,15 @@ impl fmt::Display for KeyError {
         match self {
             KeyError::TooShort { len } => write!(
                 f,
-                "idempotency key must be at least {MIN_KEY_LEN} characters of [A-Za-z0-9_-] (K1), got {len}"
+                "idempotency key must be {MIN_KEY_LEN}-{MAX_KEY_LEN} characters of A-Z a-z 0-9 _ -: this one has {len}, too short"
             ),
             KeyError::TooLong { len } => write!(
                 f,
-                "idempotency key must be at most {MAX_KEY_LEN} characters of [A-Za-z0-9_-] (K1), got {len}"
+                "idempotency key must be {MIN_KEY_LEN}-{MAX_KEY_LEN} characters of A-Z a-z 0-9 _ -: this one has {len}, too long"
             ),
             KeyError::InvalidChar { index, byte } => write!(
                 f,
-                "idempotency key may only contain [A-Za-z0-9_-] (K1): byte 0x{byte:02x} at index {index}"
+                "idempotency key must be {MIN_KEY_LEN}-{MAX_KEY_LEN} characters of A-Z a-z 0-9 _ -: byte 0x{byte:02x} at position {index} is not one of them"
             ),
         }
     }

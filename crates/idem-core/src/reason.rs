@@ -35,12 +35,18 @@ impl Reason {
     pub const SHUTTING_DOWN: Reason = Reason(Cow::Borrowed("SHUTTING_DOWN"));
     /// The action panicked (SPEC E4).
     pub const ACTION_PANICKED: Reason = Reason(Cow::Borrowed("ACTION_PANICKED"));
-    /// The idempotency key (or tenant, or method) broke a rule (SPEC K1, K3).
+    /// The idempotency key broke its rule: 8 to 64 characters of `A-Z a-z 0-9 _ -` (K1).
     pub const INVALID_IDEMPOTENCY_KEY: Reason = Reason(Cow::Borrowed("INVALID_IDEMPOTENCY_KEY"));
+    /// The scope around a valid key is refused: the tenant or the method (request path) is empty
+    /// or over its length limit (K3).
+    pub const INVALID_SCOPE: Reason = Reason(Cow::Borrowed("INVALID_SCOPE"));
     /// A write came without an idempotency key.
     pub const MISSING_IDEMPOTENCY_KEY: Reason = Reason(Cow::Borrowed("MISSING_IDEMPOTENCY_KEY"));
     /// The connection was lost after the request was sent: the outcome is unknown (SPEC S3).
     pub const UNKNOWN_OUTCOME: Reason = Reason(Cow::Borrowed("UNKNOWN_OUTCOME"));
+    /// The request ran once, but its response was too large for the server to store, so a
+    /// duplicate cannot be given it; the duplicate gets this instead of a second run (E16).
+    pub const RESPONSE_NOT_STORED: Reason = Reason(Cow::Borrowed("RESPONSE_NOT_STORED"));
     /// A holder's claim on a shared tier was taken over by a later claim (its lease lapsed and
     /// another run holds a higher fencing token): its result was not stored (D1, D5).
     pub const FENCED_OUT: Reason = Reason(Cow::Borrowed("FENCED_OUT"));

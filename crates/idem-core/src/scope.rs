@@ -78,18 +78,18 @@ pub enum ScopeError {
 impl fmt::Display for ScopeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ScopeError::EmptyTenant => f.write_str("scope tenant must not be empty (K3)"),
+            ScopeError::EmptyTenant => f.write_str("the tenant of an idempotency scope must not be empty"),
             ScopeError::TenantTooLong { len } => write!(
                 f,
-                "scope tenant must be at most {MAX_TENANT_LEN} bytes (K3), got {len}"
+                "the tenant of an idempotency scope must be at most {MAX_TENANT_LEN} bytes: this one has {len}"
             ),
-            ScopeError::EmptyMethod => f.write_str("scope method must not be empty (K3)"),
+            ScopeError::EmptyMethod => f.write_str("the method (request path) of an idempotency scope must not be empty"),
             ScopeError::MethodTooLong { len } => write!(
                 f,
-                "scope method must be at most {MAX_METHOD_LEN} bytes (K3), got {len}"
+                "the method (request path) of an idempotency scope must be at most {MAX_METHOD_LEN} bytes: this one has {len}"
             ),
             ScopeError::Key(e) => e.fmt(f),
-            ScopeError::Malformed(why) => write!(f, "malformed scope encoding (K3): {why}"),
+            ScopeError::Malformed(why) => write!(f, "bytes that are not an encoded idempotency scope: {why}"),
         }
     }
 }

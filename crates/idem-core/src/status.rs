@@ -139,9 +139,14 @@ impl From<crate::KeyError> for Status {
     }
 }
 
+/// A key error keeps [`Reason::INVALID_IDEMPOTENCY_KEY`]; a tenant or method over its limit is
+/// [`Reason::INVALID_SCOPE`], so a client is never told its valid key is the problem.
 impl From<crate::ScopeError> for Status {
     fn from(e: crate::ScopeError) -> Self {
-        Status::new(Code::InvalidArgument, e.to_string())
-            .with_reason(Reason::INVALID_IDEMPOTENCY_KEY)
+        let reason = match e {
+            crate::ScopeError::Key(_) => Reason::INVALID_IDEMPOTENCY_KEY,
+            _ => Reason::INVALID_SCOPE,
+        };
+        Status::new(Code::InvalidArgument, e.to_string()).with_reason(reason)
     }
 }

@@ -144,37 +144,37 @@ impl fmt::Display for DedupError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DedupError::Conflict => f.write_str(
-                "idempotency key reused with a different request (K4): the first request's fingerprint differs",
+                "this idempotency key was already used for a different request: send a new key for a new request, or the same request again to get its result",
             ),
             DedupError::Action { status, .. } => write!(f, "action failed: {status}"),
-            DedupError::Panicked { message } => write!(f, "action panicked (E4): {message}"),
+            DedupError::Panicked { message } => write!(f, "the request's handler panicked: {message}"),
             DedupError::Overloaded { retry_after } => write!(
                 f,
-                "dedup engine is full (E7): retry after {} ms",
+                "the server holds as many requests as it can remember right now: retry after {} ms",
                 retry_after.as_millis()
             ),
             DedupError::TenantQuotaExceeded { retry_after } => write!(
                 f,
-                "this tenant holds its whole share of the dedup engine (E16): retry after {} ms",
+                "this tenant holds its whole share of the requests the server remembers: retry after {} ms",
                 retry_after.as_millis()
             ),
             DedupError::InFlight { retry_after } => write!(
                 f,
-                "a request with this idempotency key is in flight (E14): retry after {} ms",
+                "a request with this idempotency key is still being processed: retry after {} ms",
                 retry_after.as_millis()
             ),
             DedupError::LeaseExpired { after } => write!(
                 f,
-                "action passed its in-flight lease of {} ms and its result was not stored (E6); retry with the same key",
+                "the request took longer than its limit of {} ms and was stopped; its result was not stored: retry with the same key",
                 after.as_millis()
             ),
             DedupError::Abandoned => {
                 f.write_str("the run this call waited for ended without a result; retry with the same key")
             }
             DedupError::DeadlineExceeded => {
-                f.write_str("caller deadline passed while waiting (E5); the run continues")
+                f.write_str("the caller's deadline passed while waiting; the request goes on and a retry with the same key gets its result")
             }
-            DedupError::ShuttingDown => f.write_str("dedup engine is shutting down (E10)"),
+            DedupError::ShuttingDown => f.write_str("the server is shutting down: retry with the same key"),
         }
     }
 }

@@ -55,6 +55,7 @@ pub fn idem_layer<D: Deduplicator<Value = StoredResponse>>(engine: &D) -> IdemLa
     IdemLayer::builder(engine.clone())
         .writes(Writes::paths(WRITES))
         .build()
+        .expect("the shop's layer settings are fixed and valid")
 }
 
 /// Serves `shop` over gRPC on `127.0.0.1:0` behind [`StatusFaultLayer`] → [`BearerTenantLayer`]

@@ -76,18 +76,36 @@ pub async fn serve_on<D: Deduplicator<Value = StoredResponse>>(
     Ok(addr)
 }
 
+/// A field of an `application/x-www-form-urlencoded` body, decoded (`+` is a space, `%XX` a byte).
 fn form(body: &[u8], name: &str) -> Option<String> {
     std::str::from_utf8(body).ok()?.split('&').find_map(|kv| {
         let (k, v) = kv.split_once('=')?;
-        (k == name).then(|| v.to_owned())
+        (decode(k)? == name).then(|| decode(v)).flatten()
     })
 }
 
-fn json(status: StatusCode, body: String) -> Response {
+fn decode(s: &str) -> Option<String> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut bytes = s.bytes();
+    while let Some(b) = bytes.next() {
+        match b {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = [bytes.next()?, bytes.next()?];
+                out.push(u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?);
+            }
+            b => out.push(b),
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// A JSON response, serialised by serde_json (so any value is escaped correctly).
+fn json(status: StatusCode, body: serde_json::Value) -> Response {
     (
         status,
         [(http::header::CONTENT_TYPE, "application/json")],
-        body,
+        body.to_string(),
     )
         .into_response()
 }
@@ -98,11 +116,7 @@ fn error(status: tonic::Status) -> Response {
         StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut r = json(
         http,
-        format!(
-            "{{\"code\":\"{}\",\"detail\":\"{}\"}}",
-            code.as_str(),
-            status.message().replace('"', "'")
-        ),
+        serde_json::json!({ "code": code.as_str(), "detail": status.message() }),
     );
     if let Some(reason) = status.metadata().get("idem-reason") {
         if let Ok(v) = http::HeaderValue::from_bytes(reason.as_encoded_bytes()) {
@@ -116,10 +130,10 @@ async fn get_book(State(shop): State<Shop>, Path(sku): Path<String>) -> Response
     match shop.book(&sku) {
         Ok(b) => json(
             StatusCode::OK,
-            format!(
-                "{{\"sku\":\"{}\",\"title\":\"{}\",\"price_cents\":{},\"stock\":{},\"stock_version\":{}}}",
-                b.sku, b.title, b.price_cents, b.stock, b.stock_version
-            ),
+            serde_json::json!({
+                "sku": b.sku, "title": b.title, "price_cents": b.price_cents,
+                "stock": b.stock, "stock_version": b.stock_version,
+            }),
         ),
         Err(e) => error(e),
     }
@@ -136,10 +150,10 @@ async fn create_order(State(shop): State<Shop>, body: Bytes) -> Response {
     match shop.create_order(req).await {
         Ok(o) => json(
             StatusCode::CREATED,
-            format!(
-                "{{\"order_id\":{},\"intent_id\":\"{}\",\"sku\":\"{}\",\"quantity\":{}}}",
-                o.order_id, o.intent_id, o.sku, o.quantity
-            ),
+            serde_json::json!({
+                "order_id": o.order_id, "intent_id": o.intent_id, "sku": o.sku,
+                "quantity": o.quantity,
+            }),
         ),
         Err(e) => error(e),
     }
@@ -158,10 +172,7 @@ async fn deduct_stock(State(shop): State<Shop>, Path(sku): Path<String>, body: B
     match shop.deduct_stock(&req) {
         Ok(s) => json(
             StatusCode::OK,
-            format!(
-                "{{\"sku\":\"{}\",\"stock\":{},\"version\":{}}}",
-                s.sku, s.stock, s.version
-            ),
+            serde_json::json!({ "sku": s.sku, "stock": s.stock, "version": s.version }),
         ),
         Err(e) => error(e),
     }

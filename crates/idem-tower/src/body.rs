@@ -39,6 +39,11 @@ impl ReplayBody {
         }
     }
 
+    /// The data and the trailers.
+    pub(crate) fn into_parts(self) -> (Bytes, Option<HeaderMap>) {
+        (self.data.unwrap_or_default(), self.trailers)
+    }
+
     /// An empty body without trailers.
     pub fn empty() -> Self {
         ReplayBody::default()
@@ -74,8 +79,52 @@ impl Body for ReplayBody {
 pub type RequestBody<B> = Either<B, Full<Bytes>>;
 
 /// The body of the server layer's responses: the inner service's own body for requests that are not
-/// writes, or a [`ReplayBody`] for writes (stored, replayed, or an error the layer made).
-pub type ResponseBody<B> = Either<B, ReplayBody>;
+/// writes; for writes a [`ReplayBody`] (stored, replayed, or an error the layer made), or, for a
+/// response too large to store, a [`StreamedBody`] carrying it on to the caller that ran it.
+pub type ResponseBody<B> = Either<B, Either<ReplayBody, StreamedBody<B>>>;
+
+/// A response body the server layer read part of (up to its stored-bytes limit, E16) and then
+/// passes on as the inner service sends it: the frames read so far, then the rest of the body.
+#[derive(Debug)]
+pub struct StreamedBody<B> {
+    read: std::collections::VecDeque<Frame<Bytes>>,
+    rest: Pin<Box<B>>,
+}
+
+impl<B> StreamedBody<B> {
+    pub(crate) fn new(read: Vec<Frame<Bytes>>, rest: Pin<Box<B>>) -> Self {
+        StreamedBody {
+            read: read.into(),
+            rest,
+        }
+    }
+}
+
+impl<B> Body for StreamedBody<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<crate::BoxError>,
+{
+    type Data = Bytes;
+    type Error = crate::BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if let Some(frame) = self.read.pop_front() {
+            return Poll::Ready(Some(Ok(frame)));
+        }
+        self.rest
+            .as_mut()
+            .poll_frame(cx)
+            .map(|f| f.map(|r| r.map_err(Into::into)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.read.is_empty() && self.rest.is_end_stream()
+    }
+}
 
 /// A request body the client layer can rebuild for each attempt from the bytes it buffered once.
 ///

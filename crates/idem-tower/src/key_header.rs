@@ -22,13 +22,13 @@ impl fmt::Display for KeyHeaderError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             KeyHeaderError::Repeated => {
-                f.write_str("idempotency key header sent more than once (T2): send exactly one")
+                f.write_str("the idempotency key header was sent more than once: send exactly one")
             }
             KeyHeaderError::NotAscii => {
-                f.write_str("idempotency key header is not visible ASCII (T2)")
+                f.write_str("the idempotency key header must be visible ASCII")
             }
             KeyHeaderError::BadQuoting => f.write_str(
-                "idempotency key header must be an RFC 8941 sf-string (\"...\") or a bare token (T2)",
+                "the idempotency key header must be a quoted string (\"...\", RFC 8941) or a bare key",
             ),
             KeyHeaderError::Key(e) => write!(f, "{e}"),
         }
@@ -74,7 +74,9 @@ pub fn key_from_headers(
     if values.next().is_some() {
         return Err(KeyHeaderError::Repeated);
     }
-    let text = value.to_str().map_err(|_| KeyHeaderError::NotAscii)?.trim();
+    // The value exactly as sent: HTTP/1 parsers drop the whitespace around a field value (RFC
+    // 9110), HTTP/2 and gRPC carry it, and a key with a space is not a key (K1).
+    let text = value.to_str().map_err(|_| KeyHeaderError::NotAscii)?;
     let inner = match text.strip_prefix('"') {
         Some(rest) => {
             let inner = rest.strip_suffix('"').ok_or(KeyHeaderError::BadQuoting)?;

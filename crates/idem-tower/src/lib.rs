@@ -138,6 +138,7 @@
 mod body;
 mod client;
 mod decision;
+mod fingerprint;
 pub mod headers;
 mod key_header;
 mod protocol;
@@ -148,16 +149,21 @@ mod tenant;
 pub mod wire;
 mod writes;
 
-pub use body::{ReplayBody, RequestBody, ResendableBody, ResponseBody};
+pub use body::{ReplayBody, RequestBody, ResendableBody, ResponseBody, StreamedBody};
 pub use client::stats::{KEYS_GENERATED_TOTAL, LABEL_REASON, RETRIES_TOTAL};
 pub use client::{
     AttemptTimedOut, CallFailed, CallReport, ClientStats, Failure, MissingKey, RetryFuture,
     RetryLayer, RetryLayerBuilder, RetryService, DEFAULT_CALL_TIMEOUT,
 };
 pub use decision::Deduplicated;
+pub use fingerprint::request_fingerprint;
 pub use key_header::{key_from_headers, KeyHeaderError};
 pub use protocol::{code_from_http, format_grpc_timeout, parse_grpc_timeout, Protocol};
-pub use server::{IdemFuture, IdemLayer, IdemLayerBuilder, IdemService, DEFAULT_MAX_BODY_BYTES};
+pub use reject::{error_response, ERROR_DOMAIN};
+pub use server::{
+    IdemFuture, IdemLayer, IdemLayerBuilder, IdemService, DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_STORED_BYTES, REFUSED_TOTAL,
+};
 pub use stored::StoredResponse;
 pub use tenant::{Tenant, TenantSource};
 pub use writes::Writes;

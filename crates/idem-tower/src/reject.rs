@@ -6,6 +6,27 @@ use idem_core::{Code, Status};
 use crate::body::ReplayBody;
 use crate::{headers, Protocol};
 
+/// An error response the way the server layer answers its own refusals, for middleware of your
+/// own that must answer like it (T2, T6): on gRPC a trailers-only response whose
+/// `grpc-status-details-bin` carries a `google.rpc.Status` with `ErrorInfo` (the status' reason,
+/// domain [`ERROR_DOMAIN`]) and `RetryInfo` (its retry-after); on HTTP an RFC 9457
+/// `application/problem+json` document with `Retry-After`.
+///
+/// ```
+/// use idem_core::{Code, Reason, Status};
+/// use idem_tower::{error_response, Protocol};
+/// let status = Status::new(Code::ResourceExhausted, "slow down").with_reason(Reason::RATE_LIMITED);
+/// let http = error_response(Protocol::Http, &status);
+/// assert_eq!(http.status(), 429);
+/// assert_eq!(http.headers()["content-type"], "application/problem+json");
+/// let grpc = error_response(Protocol::Grpc, &status);
+/// assert_eq!(grpc.headers()["grpc-status"], "8");
+/// assert!(grpc.headers().contains_key("grpc-status-details-bin"));
+/// ```
+pub fn error_response(protocol: Protocol, status: &Status) -> Response<ReplayBody> {
+    render(protocol, status, None)
+}
+
 /// Renders `status` for `protocol`.
 ///
 /// gRPC: a trailers-only response (`grpc-status`, `grpc-message` naming the rule, `idem-reason`,
@@ -22,7 +43,11 @@ pub(crate) fn render(
     }
 }
 
+/// The `ErrorInfo.domain` of every error the layer answers itself (T6).
+pub const ERROR_DOMAIN: &str = "idem";
+
 fn grpc(status: &Status) -> Response<ReplayBody> {
+    use tonic_types::{ErrorDetails, StatusExt};
     let mut md = tonic::metadata::MetadataMap::new();
     if let Some(reason) = status.reason() {
         if let Ok(v) = reason.as_str().parse() {
@@ -35,7 +60,23 @@ fn grpc(status: &Status) -> Response<ReplayBody> {
         }
     }
     let code = tonic::Code::from_i32(status.code().as_i32());
-    let mut r = tonic::Status::with_metadata(code, status.message(), md).into_http::<ReplayBody>();
+    // T6: `grpc-status-details-bin` carries a `google.rpc.Status` with the same code and message,
+    // an `ErrorInfo` (reason, domain) and, where there is one, a `RetryInfo`: what grpcio's
+    // `rpc_status.from_call` and tonic-types' `StatusExt` read.
+    let mut details = ErrorDetails::new();
+    if let Some(reason) = status.reason() {
+        details.set_error_info(
+            reason.as_str(),
+            ERROR_DOMAIN,
+            std::collections::HashMap::<String, String>::new(),
+        );
+    }
+    if let Some(after) = status.retry_after() {
+        details.set_retry_info(Some(after));
+    }
+    let status =
+        tonic::Status::with_error_details_and_metadata(code, status.message(), details, md);
+    let mut r = status.into_http::<ReplayBody>();
     r.extensions_mut().clear();
     r
 }
@@ -107,9 +148,7 @@ pub(crate) fn too_large(limit: usize) -> (Status, Option<StatusCode>) {
     (
         Status::new(
             Code::InvalidArgument,
-            format!(
-                "request body is over the limit of {limit} bytes (T2): refused without buffering"
-            ),
+            format!("the request body is over the limit of {limit} bytes; it was refused unread"),
         )
         .with_reason(idem_core::Reason::new("REQUEST_TOO_LARGE")),
         Some(StatusCode::PAYLOAD_TOO_LARGE),

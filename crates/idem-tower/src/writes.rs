@@ -30,6 +30,11 @@ use crate::Protocol;
 /// assert!(!http.is_write(&Method::GET, "/books/42", Protocol::Http));
 /// assert!(!http.is_write(&Method::POST, "/shop.v1.Shop/GetBook", Protocol::Grpc));
 ///
+/// // HTTP routes: method and path, so `GET /orders` stays a read.
+/// let routes = Writes::routes([(Method::POST, "/orders"), (Method::PUT, "/carts")]);
+/// assert!(routes.is_write(&Method::POST, "/orders", Protocol::Http));
+/// assert!(!routes.is_write(&Method::GET, "/orders", Protocol::Http));
+///
 /// let custom = Writes::predicate(|method, path| method == Method::PUT && path.starts_with("/carts/"));
 /// assert!(custom.is_write(&Method::PUT, "/carts/7", Protocol::Http));
 /// ```
@@ -42,11 +47,14 @@ type Predicate = dyn Fn(&Method, &str) -> bool + Send + Sync;
 enum Rule {
     UnsafeHttp,
     Paths(Arc<HashSet<String>>),
+    Routes(Arc<HashSet<(Method, String)>>),
     Predicate(Arc<Predicate>),
 }
 
 impl Writes {
-    /// Exactly the requests whose path is in `paths` (any protocol, any HTTP method).
+    /// Exactly the requests whose path is in `paths`, whatever their HTTP method: right for gRPC
+    /// (every call is a `POST` to its method's path); for HTTP routes where a `GET` shares the
+    /// path of a `POST`, use [`routes`](Self::routes).
     pub fn paths<I, S>(paths: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -54,6 +62,17 @@ impl Writes {
     {
         Writes(Rule::Paths(Arc::new(
             paths.into_iter().map(Into::into).collect(),
+        )))
+    }
+
+    /// Exactly the requests whose (method, path) is in `routes`.
+    pub fn routes<I, S>(routes: I) -> Self
+    where
+        I: IntoIterator<Item = (Method, S)>,
+        S: Into<String>,
+    {
+        Writes(Rule::Routes(Arc::new(
+            routes.into_iter().map(|(m, p)| (m, p.into())).collect(),
         )))
     }
 
@@ -69,6 +88,7 @@ impl Writes {
                 protocol == Protocol::Http && (method == Method::POST || method == Method::PATCH)
             }
             Rule::Paths(p) => p.contains(path),
+            Rule::Routes(r) => r.contains(&(method.clone(), path.to_owned())),
             Rule::Predicate(f) => f(method, path),
         }
     }
@@ -86,6 +106,11 @@ impl fmt::Debug for Writes {
             Rule::UnsafeHttp => f.write_str("Writes(HTTP POST, PATCH)"),
             Rule::Paths(p) => {
                 let mut v: Vec<_> = p.iter().collect();
+                v.sort();
+                f.debug_tuple("Writes").field(&v).finish()
+            }
+            Rule::Routes(r) => {
+                let mut v: Vec<_> = r.iter().map(|(m, p)| format!("{m} {p}")).collect();
                 v.sort();
                 f.debug_tuple("Writes").field(&v).finish()
             }

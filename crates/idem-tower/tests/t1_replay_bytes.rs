@@ -87,6 +87,7 @@ async fn assert_replay_is_byte_for_byte(sku: &str, expect_code: &str) {
             .writes(Writes::paths(WRITES))
             .store_failures(CodeSet::EMPTY.with(Code::NotFound))
             .build()
+            .unwrap()
     })
     .await
     .unwrap();

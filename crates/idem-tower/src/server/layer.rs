@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use http::HeaderName;
-use idem_core::CodeSet;
-use idem_dedup::{Deduplicator, Engine};
+use idem_core::{Code, CodeSet};
+use idem_dedup::{ConfigError, Deduplicator, Engine};
 use tower::Layer;
 
 use crate::server::IdemService;
@@ -13,6 +13,9 @@ use crate::{headers, StoredResponse, TenantSource, Writes};
 /// Default limit on a write's request body: 1 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 
+/// Default limit on the bytes of a response the layer stores (body, headers and trailers): 1 MiB.
+pub const DEFAULT_MAX_STORED_BYTES: usize = 1024 * 1024;
+
 #[derive(Debug)]
 pub(crate) struct ServerConfig {
     pub(crate) writes: Writes,
@@ -20,7 +23,9 @@ pub(crate) struct ServerConfig {
     pub(crate) http_key: HeaderName,
     pub(crate) tenant: TenantSource,
     pub(crate) max_body_bytes: usize,
+    pub(crate) max_stored_bytes: usize,
     pub(crate) store_codes: CodeSet,
+    pub(crate) fingerprint_headers: Vec<HeaderName>,
 }
 
 /// A tower [`Layer`] that deduplicates writes through any [`Deduplicator`] (T1, T2, T5): an idem
@@ -34,16 +39,69 @@ pub(crate) struct ServerConfig {
 ///
 /// # Default
 ///
-/// | setting | default | SPEC |
+/// | setting | default | requirement |
 /// |---|---|---|
 /// | [`writes`](IdemLayerBuilder::writes) | HTTP `POST`/`PATCH`; no gRPC method ([`Writes`]) | T1 |
 /// | [`grpc_key_header`](IdemLayerBuilder::grpc_key_header) | `x-idempotency-key` | T1 |
 /// | [`http_key_header`](IdemLayerBuilder::http_key_header) | `idempotency-key` | T1, T2 |
 /// | [`tenant`](IdemLayerBuilder::tenant) | the [`Tenant`](crate::Tenant) request extension | T1a |
 /// | [`max_body_bytes`](IdemLayerBuilder::max_body_bytes) | 1 MiB | T2 |
+/// | [`max_stored_bytes`](IdemLayerBuilder::max_stored_bytes) | 1 MiB | E16 |
+/// | [`fingerprint_headers`](IdemLayerBuilder::fingerprint_headers) | none: method, path and query, body | K6 |
 /// | [`store_failures`](IdemLayerBuilder::store_failures) | none: only successes are stored | E3, E13 |
 ///
 /// # Examples
+///
+/// An axum service: the authentication layer puts the tenant on the request, the idem layer
+/// runs each `POST` once per (tenant, path, key), the handler creates the order:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// use axum::{extract::Request, middleware::Next, response::Response, routing::post, Router};
+/// use http_body_util::BodyExt;
+/// use idem_dedup::Engine;
+/// use idem_tower::{IdemLayer, StoredResponse, Tenant};
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::sync::Arc;
+/// use tower::ServiceExt;
+///
+/// // Your authentication: here, the bearer token names the tenant.
+/// async fn auth(mut req: Request, next: Next) -> Result<Response, http::StatusCode> {
+///     let token = req.headers().get("authorization").and_then(|v| v.to_str().ok());
+///     let tenant = token.and_then(|t| t.strip_prefix("Bearer ")).ok_or(http::StatusCode::UNAUTHORIZED)?;
+///     let tenant = Tenant::new(tenant.to_owned());
+///     req.extensions_mut().insert(tenant);
+///     Ok(next.run(req).await)
+/// }
+///
+/// let orders = Arc::new(AtomicU64::new(1000));
+/// let create = post(move || {
+///     let n = orders.fetch_add(1, Ordering::SeqCst); // the side effect
+///     async move { format!("order-{n}") }
+/// });
+/// let engine = Engine::<StoredResponse>::builder().build()?;
+/// let app = Router::new()
+///     .route("/orders", create)
+///     .layer(IdemLayer::new(engine)) // inner: runs after auth
+///     .layer(axum::middleware::from_fn(auth)); // outer: runs first
+///
+/// let request = || {
+///     http::Request::post("/orders")
+///         .header("authorization", "Bearer tenant-0042")
+///         .header("idempotency-key", "3f1c2b7e-9d4a-4c55-8e21-0b6f4a9d2c10")
+///         .body(axum::body::Body::from("{\"sku\":\"book-42\"}"))
+///         .unwrap()
+/// };
+/// let first = app.clone().oneshot(request()).await?;
+/// let retry = app.clone().oneshot(request()).await?;
+/// assert_eq!(retry.headers()["idempotent-replayed"], "true");
+/// assert_eq!(first.into_body().collect().await?.to_bytes(), "order-1000");
+/// assert_eq!(retry.into_body().collect().await?.to_bytes(), "order-1000"); // not order-1001
+/// # Ok(()) }
+/// ```
+///
+/// A gRPC server with more settings:
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -57,7 +115,7 @@ pub(crate) struct ServerConfig {
 ///     .writes(Writes::paths(["/shop.v1.Shop/CreateOrder", "/shop.v1.Shop/DeductStock"]))
 ///     .tenant(TenantSource::Header(idem_tower::headers::TENANT)) // behind a trusted gateway only
 ///     .store_failures(CodeSet::EMPTY.with(Code::FailedPrecondition))
-///     .build();
+///     .build()?;
 /// // tonic::transport::Server::builder().layer(layer).add_service(...)
 /// # let _ = layer;
 /// # Ok(()) }
@@ -71,21 +129,17 @@ pub struct IdemLayer<D = Engine<StoredResponse>> {
 impl<D: Deduplicator<Value = StoredResponse>> IdemLayer<D> {
     /// A layer over `engine` with every default.
     pub fn new(engine: D) -> Self {
-        IdemLayer::builder(engine).build()
+        IdemLayer {
+            engine,
+            cfg: Arc::new(ServerConfig::default()),
+        }
     }
 
     /// A builder over `engine`.
     pub fn builder(engine: D) -> IdemLayerBuilder<D> {
         IdemLayerBuilder {
             engine,
-            cfg: ServerConfig {
-                writes: Writes::default(),
-                grpc_key: headers::GRPC_KEY,
-                http_key: headers::HTTP_KEY,
-                tenant: TenantSource::Extension,
-                max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-                store_codes: CodeSet::EMPTY,
-            },
+            cfg: ServerConfig::default(),
         }
     }
 
@@ -109,6 +163,29 @@ pub struct IdemLayerBuilder<D = Engine<StoredResponse>> {
     engine: D,
     cfg: ServerConfig,
 }
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            writes: Writes::default(),
+            grpc_key: headers::GRPC_KEY,
+            http_key: headers::HTTP_KEY,
+            tenant: TenantSource::Extension,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_stored_bytes: DEFAULT_MAX_STORED_BYTES,
+            store_codes: CodeSet::EMPTY,
+            fingerprint_headers: Vec::new(),
+        }
+    }
+}
+
+/// Codes a retry must be able to run again after: storing them would replay the outage.
+const RETRYABLE: [Code; 4] = [
+    Code::Unavailable,
+    Code::ResourceExhausted,
+    Code::DeadlineExceeded,
+    Code::Aborted,
+];
 
 impl<D> IdemLayerBuilder<D> {
     /// Which requests are writes (deduplicated); the others pass through untouched.
@@ -143,22 +220,60 @@ impl<D> IdemLayerBuilder<D> {
     }
 
     /// Failures to store and replay like successes: permanent, deterministic codes such as
-    /// `FAILED_PRECONDITION` (SPEC E13). Retryable codes (`UNAVAILABLE`, ...) are never stored,
-    /// whatever this says, so a retry runs again. Default: none.
+    /// `FAILED_PRECONDITION` (E13). Retryable codes (`UNAVAILABLE`, `RESOURCE_EXHAUSTED`,
+    /// `DEADLINE_EXCEEDED`, `ABORTED`) and `OK` are refused by [`build`](Self::build). Default:
+    /// none.
     pub fn store_failures(mut self, codes: CodeSet) -> Self {
-        self.cfg.store_codes = codes
-            .without(idem_core::Code::Unavailable)
-            .without(idem_core::Code::ResourceExhausted)
-            .without(idem_core::Code::DeadlineExceeded)
-            .without(idem_core::Code::Aborted);
+        self.cfg.store_codes = codes;
+        self
+    }
+
+    /// Largest stored response (body, headers and trailers), E16. A larger response goes to the
+    /// caller that ran the request, streamed as the handler sends it (the layer buffers at most
+    /// this much of it), and in its place the layer stores a compact record: duplicates get
+    /// `ALREADY_EXISTS` / HTTP 409 with reason `RESPONSE_NOT_STORED`, saying the request ran once
+    /// and its response was too large to keep, with the original `Location` header if it had
+    /// one. So the handler never runs twice for the key. Default: 1 MiB.
+    pub fn max_stored_bytes(mut self, n: usize) -> Self {
+        self.cfg.max_stored_bytes = n;
+        self
+    }
+
+    /// Request headers that are part of the request fingerprint, besides the method, the path
+    /// and query, and the body (K6; see [`request_fingerprint`](crate::request_fingerprint)):
+    /// the same key sent with another value of one of them is a conflict. Default: none.
+    pub fn fingerprint_headers(mut self, names: impl IntoIterator<Item = HeaderName>) -> Self {
+        self.cfg.fingerprint_headers = names.into_iter().collect();
         self
     }
 
     /// The layer.
-    pub fn build(self) -> IdemLayer<D> {
-        IdemLayer {
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Invalid`] naming the rule: a retryable code or `OK` in
+    /// [`store_failures`](Self::store_failures), a zero body or stored-bytes limit.
+    pub fn build(self) -> Result<IdemLayer<D>, ConfigError> {
+        if RETRYABLE.iter().any(|c| self.cfg.store_codes.contains(*c)) {
+            return Err(ConfigError::Invalid(
+                "store_failures must not contain a retryable code (UNAVAILABLE, \
+                 RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED, ABORTED): the client's retry would get \
+                 the stored failure instead of running again",
+            ));
+        }
+        if self.cfg.store_codes.contains(Code::Ok) {
+            return Err(ConfigError::Invalid(
+                "store_failures must not contain OK: successes are always stored",
+            ));
+        }
+        if self.cfg.max_body_bytes == 0 || self.cfg.max_stored_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "max_body_bytes and max_stored_bytes must be greater than zero",
+            ));
+        }
+        Ok(IdemLayer {
             engine: self.engine,
             cfg: Arc::new(self.cfg),
-        }
+        })
     }
 }

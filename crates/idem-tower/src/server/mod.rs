@@ -1,6 +1,7 @@
 //! The server side: deduplicate writes through the engine (SPEC T1, T1a, T2, R7).
 
 mod layer;
+mod refused;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,17 +11,20 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use http_body::Body;
+use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
-use idem_core::{Code, Deadline, Fingerprint, Reason, Scope, Status};
+use idem_core::{Code, Deadline, Reason, Scope, Status};
 use idem_dedup::{DedupError, Deduplicator, Engine, OutcomeKind};
+use tokio::sync::oneshot;
 use tower::{Service, ServiceExt};
 
 pub(crate) use layer::ServerConfig;
-pub use layer::{IdemLayer, IdemLayerBuilder, DEFAULT_MAX_BODY_BYTES};
+pub use layer::{IdemLayer, IdemLayerBuilder, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_STORED_BYTES};
+pub use refused::REFUSED_TOTAL;
 
-use crate::body::{RequestBody, ResponseBody};
+use crate::body::{RequestBody, ResponseBody, StreamedBody};
 use crate::protocol::response_status;
+use crate::request_fingerprint;
 use crate::stored::FailedResponse;
 use crate::{headers, key_from_headers, reject, BoxError, Deduplicated, Protocol, StoredResponse};
 
@@ -137,7 +141,9 @@ where
         return Ok(resp.map(Either::Left));
     }
     let refuse = |status: Status, http: Option<StatusCode>| {
-        Ok(reject::render(protocol, &status, http).map(Either::Right))
+        let response = reject::render(protocol, &status, http);
+        refused::count(&status, &response);
+        Ok(response.map(|b| Either::Right(Either::Left(b))))
     };
 
     let (parts, body) = req.into_parts();
@@ -145,7 +151,7 @@ where
         return refuse(
             Status::new(
                 Code::Unauthenticated,
-                "a write needs an authenticated tenant (T1a): none was found on the request",
+                "this request changes data and needs an authenticated tenant: none was found on the request",
             )
             .with_reason(Reason::new("MISSING_TENANT")),
             None,
@@ -162,7 +168,9 @@ where
                 Status::new(
                     Code::InvalidArgument,
                     format!(
-                        "a write needs an idempotency key (T2): send the `{key_header}` header"
+                        "this request changes data and needs an idempotency key: send the \
+                         `{key_header}` header with 8-64 characters of A-Z a-z 0-9 _ -, the same \
+                         on every retry"
                     ),
                 )
                 .with_reason(Reason::MISSING_IDEMPOTENCY_KEY),
@@ -177,6 +185,7 @@ where
             )
         }
     };
+    // A tenant or path over its limit is the scope's fault, not the key's (INVALID_SCOPE).
     let scope = match Scope::new(tenant.as_str(), parts.uri.path(), &key) {
         Ok(scope) => scope,
         Err(e) => return refuse(Status::from(e), None),
@@ -209,7 +218,14 @@ where
             )
         }
     };
-    let fingerprint = Fingerprint::of(&bytes);
+    // K6: the whole request, not just its body.
+    let fingerprint = request_fingerprint(
+        &parts.method,
+        &parts.uri,
+        &parts.headers,
+        &cfg.fingerprint_headers,
+        &bytes,
+    );
     let deadline = match protocol {
         Protocol::Grpc => parts
             .headers
@@ -222,10 +238,16 @@ where
 
     let mut request = Request::from_parts(parts, Either::Right(Full::new(bytes)));
     request.extensions_mut().insert(scope.clone());
-    let store_codes = cfg.store_codes;
+    // A response too large to store reaches this caller through here, streamed (E16).
+    let (large_tx, mut large_rx) = oneshot::channel();
+    let run = RunConfig {
+        protocol,
+        store_codes: cfg.store_codes,
+        max_stored: cfg.max_stored_bytes,
+    };
     let action = move |context: D::Context| {
         request.extensions_mut().insert(context);
-        run_once(inner, request, protocol, store_codes)
+        run_once(inner, request, run, large_tx)
     };
     let result = match deadline {
         Some(d) => {
@@ -235,12 +257,26 @@ where
         }
         None => engine.execute(&scope, fingerprint, action).await,
     };
-    let mut response = match &result {
-        Ok(outcome) => outcome.value().to_marked_response(
-            outcome.kind() != OutcomeKind::Executed,
-            Some(wall_clock(outcome.expires_at())),
+    let streamed = large_rx.try_recv().ok();
+    let mut response = match (&result, streamed) {
+        (Ok(outcome), Some(large)) if outcome.kind() == OutcomeKind::Executed => {
+            Response::from_parts(
+                large.parts,
+                Either::Right(StreamedBody::new(large.read, large.rest)),
+            )
+        }
+        (Err(DedupError::Action { .. }), Some(large)) => Response::from_parts(
+            large.parts,
+            Either::Right(StreamedBody::new(large.read, large.rest)),
         ),
-        Err(DedupError::Action { status, outcome }) => {
+        (Ok(outcome), _) => outcome
+            .value()
+            .to_marked_response(
+                outcome.kind() != OutcomeKind::Executed,
+                Some(wall_clock(outcome.expires_at())),
+            )
+            .map(Either::Left),
+        (Err(DedupError::Action { status, outcome }), None) => {
             match std::error::Error::source(status).and_then(|s| s.downcast_ref::<FailedResponse>())
             {
                 Some(failed) => failed
@@ -248,8 +284,14 @@ where
                     .to_marked_response(*outcome != OutcomeKind::Executed, None),
                 None => reject::render(protocol, status, None),
             }
+            .map(Either::Left)
         }
-        Err(e) => reject::render(protocol, &e.to_status(), None),
+        (Err(e), _) => {
+            let status = e.to_status();
+            let response = reject::render(protocol, &status, None);
+            refused::count(&status, &response);
+            response.map(Either::Left)
+        }
     };
     response
         .extensions_mut()
@@ -257,12 +299,73 @@ where
     Ok(response.map(Either::Right))
 }
 
-/// The engine's action: one call of the inner service, its whole response collected (R7: once).
+/// What the action needs to know besides the request.
+#[derive(Debug, Clone, Copy)]
+struct RunConfig {
+    protocol: Protocol,
+    store_codes: idem_core::CodeSet,
+    max_stored: usize,
+}
+
+/// A response over the stored-bytes limit, handed to the caller that ran it.
+struct Large<B> {
+    parts: http::response::Parts,
+    read: Vec<Frame<Bytes>>,
+    rest: Pin<Box<B>>,
+}
+
+/// A response over the stored-bytes limit: handed on to the caller that ran it; in its place a
+/// compact record is stored if the response counts as a success (HTTP: its status; gRPC: its
+/// status comes after the body, so a response that far along counts as one), else nothing.
+fn large_response<B>(
+    parts: http::response::Parts,
+    read: Vec<Frame<Bytes>>,
+    rest: Pin<Box<B>>,
+    run: RunConfig,
+    large: oneshot::Sender<Large<B>>,
+) -> Result<StoredResponse, Status> {
+    let status = response_status(run.protocol, parts.status.as_u16(), &parts.headers, None);
+    let storable = match run.protocol {
+        Protocol::Grpc => parts.status == StatusCode::OK,
+        Protocol::Http => status.code() == Code::Ok || run.store_codes.contains(status.code()),
+    };
+    let original = parts.status;
+    let location: Vec<_> = [http::header::LOCATION, http::header::CONTENT_LOCATION]
+        .into_iter()
+        .filter_map(|h| parts.headers.get(&h).map(|v| (h, v.clone())))
+        .collect();
+    // The caller may be gone (its run was handed off): then nobody reads the rest.
+    let _ = large.send(Large { parts, read, rest });
+    if !storable {
+        return Err(status);
+    }
+    let note = Status::new(
+        Code::AlreadyExists,
+        format!(
+            "this request already ran (its answer was {} {}), but its response was over the              {} bytes this server stores, so it cannot be replayed; look the result up{}",
+            original.as_u16(),
+            original.canonical_reason().unwrap_or(""),
+            run.max_stored,
+            if location.is_empty() { "" } else { " at the Location header" }
+        ),
+    )
+    .with_reason(Reason::RESPONSE_NOT_STORED);
+    let (mut head, body) = reject::render(run.protocol, &note, None).into_parts();
+    for (name, value) in location {
+        head.headers.insert(name, value);
+    }
+    let (data, trailers) = body.into_parts();
+    Ok(StoredResponse::from_parts(head, data, trailers))
+}
+
+/// The engine's action: one call of the inner service (R7: once), its response collected up to
+/// the stored-bytes limit. Past the limit, the response goes on to the caller streamed, and a
+/// compact record is stored in its place (E16).
 async fn run_once<S, B, ResB>(
     inner: S,
     request: Request<RequestBody<B>>,
-    protocol: Protocol,
-    store_codes: idem_core::CodeSet,
+    run: RunConfig,
+    large: oneshot::Sender<Large<ResB>>,
 ) -> Result<StoredResponse, Status>
 where
     S: Service<Request<RequestBody<B>>, Response = Response<ResB>> + Send + 'static,
@@ -273,26 +376,61 @@ where
 {
     let response = inner.oneshot(request).await.map_err(|e| {
         let e: BoxError = e.into();
-        Status::new(Code::Internal, format!("inner service failed: {e}"))
+        Status::new(Code::Internal, format!("the request's handler failed: {e}"))
     })?;
     let (parts, body) = response.into_parts();
-    let collected = body.collect().await.map_err(|e| {
+    // On the heap, so what is left of it can be handed on after part was read.
+    let mut body = Box::pin(body);
+    let body_failed = |e: ResB::Error| {
         let e: BoxError = e.into();
         Status::new(
             Code::Internal,
-            format!("inner service's response body failed: {e}"),
+            format!("the request's handler failed while sending its response: {e}"),
         )
-    })?;
-    let trailers = collected.trailers().cloned();
-    let bytes = collected.to_bytes();
+    };
+    let head_bytes: usize = parts
+        .headers
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len())
+        .sum();
+    let mut budget = run.max_stored.saturating_sub(head_bytes);
+    let mut read: Vec<Frame<Bytes>> = Vec::new();
+    let mut over = body.size_hint().lower() > budget as u64;
+    let mut data = bytes::BytesMut::new();
+    let mut trailers = None;
+    while !over {
+        let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await else {
+            break;
+        };
+        let frame = frame.map_err(body_failed)?;
+        let size = match (frame.data_ref(), frame.trailers_ref()) {
+            (Some(d), _) => d.len(),
+            (None, Some(t)) => t.iter().map(|(k, v)| k.as_str().len() + v.len()).sum(),
+            _ => 0,
+        };
+        if size > budget {
+            over = true;
+        } else {
+            budget -= size;
+            if let Some(d) = frame.data_ref() {
+                data.extend_from_slice(d);
+            } else if let Some(t) = frame.trailers_ref() {
+                trailers = Some(t.clone());
+            }
+        }
+        read.push(frame);
+    }
+    if over {
+        return large_response(parts, read, body, run, large);
+    }
     let status = response_status(
-        protocol,
+        run.protocol,
         parts.status.as_u16(),
         &parts.headers,
         trailers.as_ref(),
     );
-    let stored = StoredResponse::from_parts(parts, bytes, trailers);
-    if status.code() == Code::Ok || store_codes.contains(status.code()) {
+    let stored = StoredResponse::from_parts(parts, data.freeze(), trailers);
+    if status.code() == Code::Ok || run.store_codes.contains(status.code()) {
         Ok(stored)
     } else {
         Err(status.with_source(FailedResponse(stored)))

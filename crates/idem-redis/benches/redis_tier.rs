@@ -37,7 +37,14 @@ struct Env {
 
 impl Env {
     async fn new(url: &str) -> Self {
-        let tier = || async { RedisTier::builder().connect(url).await.expect("connect") };
+        // The bench's own redis-server keeps nothing on disk: opted in.
+        let tier = || async {
+            RedisTier::builder()
+                .allow_volatile(true)
+                .connect(url)
+                .await
+                .expect("connect")
+        };
         let a = TieredEngine::<String>::builder(tier().await)
             .build()
             .unwrap();

@@ -127,11 +127,16 @@
     rust_2018_idioms
 )]
 
+#[cfg(feature = "tls")]
+use rustls as _; // the crypto provider of redis-rs' rustls support
+
 mod config;
 mod conn;
 mod keys;
+mod link;
 pub mod metrics;
 mod notifier;
+mod persistence;
 mod scripts;
 mod tier;
 
@@ -141,6 +146,7 @@ pub use idem_dedup::tiered::{OnUnavailable, TierStats, TieredBuilder};
 #[cfg(feature = "serde")]
 pub use idem_dedup::JsonCodec;
 pub use idem_dedup::{BytesCodec, Codec, Outcome, Source};
+pub use persistence::Persistence;
 pub use tier::RedisTier;
 
 /// The [`TieredEngine`](idem_dedup::tiered::TieredEngine) over a [`RedisTier`]: each instance's

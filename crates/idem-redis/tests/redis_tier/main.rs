@@ -11,6 +11,9 @@ mod d1_two_processes;
 mod d2_fencing;
 mod d3_cluster;
 mod d3_unavailable;
+mod d5_connect;
+mod d5_failover;
+mod d5_faults;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;

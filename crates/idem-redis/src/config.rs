@@ -262,8 +262,8 @@ impl RedisTierBuilder {
 
     fn manager_config(&self) -> ConnectionManagerConfig {
         ConnectionManagerConfig::new()
-            .set_connection_timeout(self.connect_timeout)
-            .set_response_timeout(self.command_timeout)
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.command_timeout))
             // Fail fast while Redis is down: no retry loop inside the manager (its first backoff
             // step is a second); the call answers UNAVAILABLE and the next call reconnects.
             .set_number_of_retries(0)
@@ -481,7 +481,10 @@ pub(crate) fn check_url(url: &str) -> Result<(), ConnectError> {
 }
 
 fn timed_out() -> RedisError {
-    RedisError::from((ErrorKind::IoError, "connection attempt timed out"))
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "connection attempt timed out",
+    ))
 }
 
 /// Errors that mean "not ready yet": worth another try while the startup timeout lasts.
@@ -490,13 +493,10 @@ fn is_starting(e: &RedisError) -> bool {
         || e.is_connection_refusal()
         || e.is_connection_dropped()
         || e.is_timeout()
+        || e.kind() == ErrorKind::ClusterConnectionNotFound
         || matches!(
-            e.kind(),
-            ErrorKind::BusyLoadingError
-                | ErrorKind::ClusterDown
-                | ErrorKind::TryAgain
-                | ErrorKind::MasterDown
-                | ErrorKind::ClusterConnectionNotFound
+            e.code(),
+            Some("LOADING" | "CLUSTERDOWN" | "TRYAGAIN" | "MASTERDOWN")
         )
 }
 
@@ -553,7 +553,7 @@ mod tests {
         assert!(check_url("rediss://cache.internal:6380/").is_ok());
         let client = redis::Client::open("rediss://cache.internal:6380/").expect("a TLS client");
         assert!(matches!(
-            client.get_connection_info().addr,
+            client.get_connection_info().addr(),
             redis::ConnectionAddr::TcpTls { .. }
         ));
     }

@@ -7,7 +7,7 @@ use idem_core::{Code, Reason, Status};
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
-use redis::{Cmd, ErrorKind, FromRedisValue, Pipeline, RedisError, Value};
+use redis::{Cmd, FromRedisValue, Pipeline, RedisError, Value};
 
 /// A reconnecting connection to one server (`ConnectionManager`) or to a cluster
 /// (`ClusterConnection`, which follows slot moves itself). Both are cheap to clone and multiplex
@@ -66,7 +66,7 @@ impl Conn {
         timed(
             async {
                 match self.query_raw(&script.cmd(false, keys, args)).await {
-                    Err(e) if e.kind() == ErrorKind::NoScriptError => {
+                    Err(e) if e.code() == Some("NOSCRIPT") => {
                         self.query_raw(&script.cmd(true, keys, args)).await
                     }
                     other => other,
@@ -99,9 +99,7 @@ impl Conn {
         timed(
             async {
                 match self.pipe_raw::<(Value, i64)>(&pipe(false)).await {
-                    Err(e) if e.kind() == ErrorKind::NoScriptError => {
-                        self.pipe_raw(&pipe(true)).await
-                    }
+                    Err(e) if e.code() == Some("NOSCRIPT") => self.pipe_raw(&pipe(true)).await,
                     other => other,
                 }
             },
@@ -126,7 +124,8 @@ impl Conn {
         limit: Duration,
     ) -> Result<T, Status> {
         let v = timed(self.query_raw(cmd), limit).await?;
-        T::from_redis_value(&v).map_err(protocol_err)
+        T::from_redis_value(v)
+            .map_err(|e| Status::new(Code::Internal, format!("unexpected reply from redis: {e}")))
     }
 
     /// Runs a pipeline, giving up after `limit`.
@@ -154,11 +153,11 @@ impl Conn {
                 Conn::Cluster(c) => {
                     let routing =
                         RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
-                    match c.clone().route_command(cmd, routing).await? {
+                    match c.clone().route_command(cmd.clone(), routing).await? {
                         Value::Map(pairs) => Ok(pairs
                             .into_iter()
                             .map(|(addr, v)| {
-                                let addr = String::from_redis_value(&addr).unwrap_or_default();
+                                let addr = String::from_redis_value(addr).unwrap_or_default();
                                 (addr, v)
                             })
                             .collect()),
@@ -169,8 +168,8 @@ impl Conn {
         };
         match tokio::time::timeout(limit, run).await {
             Ok(r) => r,
-            Err(_) => Err(RedisError::from((
-                ErrorKind::IoError,
+            Err(_) => Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
                 "redis did not answer in time",
             ))),
         }
@@ -238,8 +237,4 @@ pub(crate) fn protocol(what: &'static str) -> Status {
         Code::Internal,
         format!("unexpected reply from redis: {what}"),
     )
-}
-
-fn protocol_err(e: RedisError) -> Status {
-    Status::new(Code::Internal, format!("unexpected reply from redis: {e}")).with_source(e)
 }

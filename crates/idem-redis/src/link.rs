@@ -42,8 +42,7 @@ impl Dial {
                     .await?,
             )),
             Dial::Cluster(client) => Ok(Conn::Cluster(client.get_async_connection().await?)),
-            Dial::Fixed => Err(redis::RedisError::from((
-                redis::ErrorKind::ClientError,
+            Dial::Fixed => Err(redis::RedisError::from(std::io::Error::other(
                 "a connection handed in is not replaced",
             ))),
         }

@@ -14,6 +14,7 @@ mod d3_unavailable;
 mod d5_connect;
 mod d5_failover;
 mod d5_faults;
+mod d5_options;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;

@@ -1,65 +1,107 @@
-//! The Redis tier on loopback (SPEC D1–D3; results in BENCHMARKS.md):
+//! The Redis tier on loopback (SPEC D1–D3; issue 14's item "Redis at pipeline speed").
 //!
-//! * `d1_unique_keys/tier` vs `d1_unique_keys/floor`: new scopes through a `TieredEngine` (claim +
-//!   complete: two round trips each) against a floor of the same number of round trips by a bare
-//!   client on one multiplexed connection (`SET NX PX`, then `SET XX PX`), same concurrency.
-//! * `d2_cross_instance_join`: instance B waits for A's run; the time from A's action returning to
-//!   B's call returning (A's completion, the pub/sub notice, B's re-claim); p50/p99 printed.
-//! * `d1_local_replay`: replays of results the instance holds; the Redis commands they cost are
-//!   counted with `INFO commandstats` (and the tier's own counter) and printed: must be 0.
+//! Starts its own `redis-server` on a free port, then prints a table of **paired runs**: every
+//! round runs each variant once, in a rotating order, on unique keys, 64 operations in flight, all
+//! through **one client** (one `ConnectionManager`, which the first tier is built over with
+//! `from_connection_manager`):
 //!
-//! Starts its own `redis-server` on a free port. `cargo bench -p idem-redis --bench redis_tier`.
+//! | variant | what one operation is |
+//! |---|---|
+//! | `tier` | `TieredEngine::execute` on a new scope: claim script, the action, complete script |
+//! | `tier_direct` | `RedisTier::claim` then `complete`, no engine in front |
+//! | `floor` | `SET k run NX PX`, then `SET k done XX PX`: two plain commands, one after the other |
+//! | `set_get` | `SET k run NX PX GET`, then `SET k done XX PX` |
+//! | `lua_min` | the floor's two commands, each inside a one-line `EVAL` script |
+//! | `lua_string` | a sketch of a cheaper record (one string per scope, claim = GET + TIME + SET, complete = GET + SET), one scope per script call |
+//! | `lua_batch` | the same scripts carrying 16 scopes per call (4 calls in flight: 64 scopes) |
+//! | `set_nx` | one `SET k v NX PX` |
+//!
+//! and each variant's rate relative to `floor`, the median over the rounds; then Redis' own time
+//! per command (`INFO commandstats`, `usec_per_call`), the cross-instance join latency (instance B
+//! waits for A's run; from A's action returning to B's call returning: p50, p99), and the Redis
+//! commands that 20,000 replays of locally held results cost (must be 0).
+//!
+//! `cargo bench -p idem-redis --bench redis_tier` (`-- --rounds 9` for more rounds,
+//! `-- --criterion` to add criterion's own measurements of `tier` and `floor`).
 
 #[path = "../tests/redis_tier/support.rs"]
 #[allow(dead_code)]
 mod support;
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
+use futures::StreamExt;
 use idem_core::{Fingerprint, Scope, Status};
-use idem_redis::{RedisTier, TieredEngine};
-use redis::aio::MultiplexedConnection;
+use idem_dedup::remote::{Claim, OwnerId};
+use idem_redis::{ClaimOutcome, RedisTier, RemoteTier, TieredEngine};
+use redis::aio::ConnectionManager;
 use tokio::runtime::Runtime;
 
 use support::RedisServer;
 
-const BATCH: usize = 2_000;
+/// Operations per variant per round.
+const BATCH: usize = 4_000;
+/// Operations in flight at once.
+const IN_FLIGHT: usize = 64;
 
 struct Env {
     a: TieredEngine<String>,
     b: TieredEngine<String>,
-    bare: MultiplexedConnection,
+    tier: RedisTier,
+    mgr: ConnectionManager,
     next: AtomicU64,
+    owner: OwnerId,
 }
 
 impl Env {
     async fn new(url: &str) -> Self {
-        let tier = || async { RedisTier::builder().connect(url).await.expect("connect") };
-        let a = TieredEngine::<String>::builder(tier().await)
-            .build()
-            .unwrap();
-        let b = TieredEngine::<String>::builder(tier().await)
-            .build()
-            .unwrap();
-        let bare = redis::Client::open(url)
-            .unwrap()
-            .get_multiplexed_async_connection()
+        let client = redis::Client::open(url).unwrap();
+        let cfg = redis::aio::ConnectionManagerConfig::new()
+            .set_response_timeout(Some(Duration::from_secs(10)));
+        let mgr = client
+            .get_connection_manager_with_config(cfg)
             .await
             .unwrap();
+        // The bench's own redis-server keeps nothing on disk: opted in.
+        let tier = RedisTier::builder()
+            .allow_volatile(true)
+            .from_connection_manager(mgr.clone(), Some(client))
+            .await
+            .expect("tier over the shared client");
+        let other = RedisTier::builder()
+            .allow_volatile(true)
+            .connect(url)
+            .await
+            .expect("connect");
+        let a = TieredEngine::<String>::builder(tier.clone())
+            .build()
+            .unwrap();
+        let b = TieredEngine::<String>::builder(other).build().unwrap();
         Env {
             a,
             b,
-            bare,
+            tier,
+            mgr,
             next: AtomicU64::new(0),
+            owner: OwnerId::random(),
         }
     }
 
+    fn n(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
     fn scope(&self) -> Scope {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        Scope::parse("tenant-1", "/bench/Create", &format!("bench-key-{n:012}")).unwrap()
+        Scope::parse(
+            "tenant-1",
+            "/bench/Create",
+            &format!("bench-key-{:012}", self.n()),
+        )
+        .unwrap()
     }
 }
 
@@ -67,47 +109,196 @@ fn fp() -> Fingerprint {
     Fingerprint::of(b"bench body")
 }
 
-/// `BATCH` new scopes through the tier, all concurrently.
-async fn tier_batch(env: &Env) {
-    let scopes: Vec<Scope> = (0..BATCH).map(|_| env.scope()).collect();
-    let calls = scopes.iter().map(|s| {
-        env.a.execute(s, fp(), |_| async {
-            Ok::<_, Status>("order-1001".to_string())
-        })
-    });
-    for r in futures::future::join_all(calls).await {
-        r.unwrap();
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Variant {
+    Tier,
+    TierDirect,
+    Floor,
+    SetGet,
+    LuaMin,
+    LuaString,
+    LuaBatch,
+    SetNx,
+}
+
+const VARIANTS: [Variant; 8] = [
+    Variant::Tier,
+    Variant::TierDirect,
+    Variant::Floor,
+    Variant::SetGet,
+    Variant::LuaMin,
+    Variant::LuaString,
+    Variant::LuaBatch,
+    Variant::SetNx,
+];
+
+/// Scopes per script call in `lua_batch`.
+const BATCHED: usize = 16;
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Variant::Tier => "tier",
+            Variant::TierDirect => "tier_direct",
+            Variant::Floor => "floor",
+            Variant::SetGet => "set_get",
+            Variant::LuaMin => "lua_min",
+            Variant::LuaString => "lua_string",
+            Variant::LuaBatch => "lua_batch",
+            Variant::SetNx => "set_nx",
+        }
     }
 }
 
-/// The floor: the same number of round trips (two per scope, the second after the first) by a
-/// bare client, all concurrently on one multiplexed connection.
-async fn floor_batch(env: &Env) {
-    let calls = (0..BATCH).map(|_| {
-        let mut c = env.bare.clone();
-        let key = format!("floor:{}", env.next.fetch_add(1, Ordering::Relaxed));
-        async move {
-            let _: Option<String> = redis::cmd("SET")
-                .arg(&key)
-                .arg("run")
-                .arg("NX")
-                .arg("PX")
-                .arg(30_000)
-                .query_async(&mut c)
-                .await
-                .unwrap();
-            let _: Option<String> = redis::cmd("SET")
-                .arg(&key)
-                .arg("order-1001")
-                .arg("XX")
-                .arg("PX")
-                .arg(86_400_000)
-                .query_async(&mut c)
+async fn set(mgr: &ConnectionManager, key: &str, value: &str, mode: &str, px: u64, get: bool) {
+    let mut c = redis::cmd("SET");
+    c.arg(key).arg(value).arg(mode).arg("PX").arg(px);
+    if get {
+        c.arg("GET");
+    }
+    let _: Option<String> = c.query_async(&mut mgr.clone()).await.unwrap();
+}
+
+const LUA_SET: &str = "return redis.call('SET', KEYS[1], ARGV[1], ARGV[2], 'PX', ARGV[3])";
+
+async fn lua_set(mgr: &ConnectionManager, key: &str, value: &str, mode: &str, px: u64) {
+    let _: Option<String> = redis::Script::new(LUA_SET)
+        .key(key)
+        .arg(value)
+        .arg(mode)
+        .arg(px)
+        .invoke_async(&mut mgr.clone())
+        .await
+        .unwrap();
+}
+
+/// A sketch of a cheaper record: one string per scope (`r|token|fp|owner`, then
+/// `d|token|fp|owner|value`), the token from `TIME`; claim = GET + TIME + SET, complete = GET +
+/// SET. Loops over every key given, so one call can carry many scopes (`lua_batch`).
+const STRING_CLAIM: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local out = {}
+for i, k in ipairs(KEYS) do
+  local r = redis.call('GET', k)
+  if r then
+    out[i] = 0
+  else
+    local tok = string.format('%.0f', now + i)
+    redis.call('SET', k, 'r|' .. tok .. '|' .. ARGV[1] .. '|' .. ARGV[3], 'PX', ARGV[2])
+    out[i] = tok
+  end
+end
+return out
+"#;
+
+const STRING_COMPLETE: &str = r#"
+local out = {}
+for i, k in ipairs(KEYS) do
+  local tok = ARGV[2 + i]
+  local r = redis.call('GET', k)
+  local head = 'r|' .. tok .. '|'
+  if r and string.sub(r, 1, #head) == head then
+    redis.call('SET', k, 'd|' .. tok .. '|' .. string.sub(r, #head + 1) .. '|' .. ARGV[1], 'PX', ARGV[2])
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+"#;
+
+async fn string_scripts(env: &Env, keys: &[String]) {
+    let owner = env.owner.to_string();
+    let fpx = fp().to_string();
+    let (claim_script, complete_script) = (
+        redis::Script::new(STRING_CLAIM),
+        redis::Script::new(STRING_COMPLETE),
+    );
+    let mut claim = claim_script.prepare_invoke();
+    for k in keys {
+        claim.key(k);
+    }
+    claim.arg(&fpx).arg(30_000).arg(&owner);
+    let tokens: Vec<String> = claim.invoke_async(&mut env.mgr.clone()).await.unwrap();
+    let mut complete = complete_script.prepare_invoke();
+    for k in keys {
+        complete.key(k);
+    }
+    complete.arg("order-1001").arg(86_400_000);
+    for t in &tokens {
+        complete.arg(t);
+    }
+    let done: Vec<i64> = complete.invoke_async(&mut env.mgr.clone()).await.unwrap();
+    assert!(done.iter().all(|d| *d == 1));
+}
+
+async fn one(env: &Env, v: Variant) {
+    match v {
+        Variant::Tier => {
+            env.a
+                .execute(&env.scope(), fp(), |_| async {
+                    Ok::<_, Status>("order-1001".to_string())
+                })
                 .await
                 .unwrap();
         }
-    });
-    futures::future::join_all(calls).await;
+        Variant::TierDirect => {
+            let s = env.scope();
+            let lease = Duration::from_secs(30);
+            let ClaimOutcome::Claimed { token, .. } =
+                env.tier.claim(&s, fp(), lease, env.owner).await.unwrap()
+            else {
+                panic!("a new scope is claimed")
+            };
+            let claim = Claim {
+                scope: &s,
+                fingerprint: fp(),
+                token,
+                owner: env.owner,
+            };
+            env.tier
+                .complete(claim, b"order-1001".to_vec(), Duration::from_secs(86_400))
+                .await
+                .unwrap();
+        }
+        Variant::Floor | Variant::SetGet => {
+            let key = format!("floor:{}", env.n());
+            set(&env.mgr, &key, "run", "NX", 30_000, v == Variant::SetGet).await;
+            set(&env.mgr, &key, "order-1001", "XX", 86_400_000, false).await;
+        }
+        Variant::LuaMin => {
+            let key = format!("lua:{}", env.n());
+            lua_set(&env.mgr, &key, "run", "NX", 30_000).await;
+            lua_set(&env.mgr, &key, "order-1001", "XX", 86_400_000).await;
+        }
+        Variant::LuaString => {
+            string_scripts(env, &[format!("s{{{}}}", env.n())]).await;
+        }
+        Variant::LuaBatch => {
+            // One call carries BATCHED scopes: `batch` runs IN_FLIGHT / BATCHED of these at once.
+            let keys: Vec<String> = (0..BATCHED).map(|_| format!("b{{{}}}", env.n())).collect();
+            string_scripts(env, &keys).await;
+        }
+        Variant::SetNx => {
+            let key = format!("nx:{}", env.n());
+            set(&env.mgr, &key, "order-1001", "NX", 30_000, false).await;
+        }
+    }
+}
+
+/// `n` operations of `v`, `IN_FLIGHT` at a time.
+async fn batch(env: &Env, v: Variant, n: usize) -> Duration {
+    let (calls, in_flight) = if v == Variant::LuaBatch {
+        (n / BATCHED, IN_FLIGHT / BATCHED)
+    } else {
+        (n, IN_FLIGHT)
+    };
+    let t = Instant::now();
+    futures::stream::iter(0..calls)
+        .for_each_concurrent(in_flight, |_| one(env, v))
+        .await;
+    t.elapsed()
 }
 
 /// One cross-instance join: A holds a scope, B waits, A's action returns; the time until B's
@@ -115,11 +306,13 @@ async fn floor_batch(env: &Env) {
 async fn join_once(env: &Env) -> Duration {
     let s = env.scope();
     let (go, wait) = tokio::sync::oneshot::channel::<()>();
+    let (started_tx, started) = tokio::sync::oneshot::channel::<()>();
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Instant>();
     let a = env.a.clone();
     let sa = s.clone();
     let holder = tokio::spawn(async move {
         a.execute(&sa, fp(), move |_| async move {
+            let _ = started_tx.send(());
             let _ = wait.await;
             let _ = done_tx.send(Instant::now());
             Ok::<_, Status>("order-1001".to_string())
@@ -127,8 +320,8 @@ async fn join_once(env: &Env) -> Duration {
         .await
         .unwrap();
     });
-    // Let A claim, then B meet the claim and subscribe.
-    tokio::time::sleep(Duration::from_millis(2)).await;
+    // A holds the claim; then B meets it and subscribes.
+    started.await.unwrap();
     let b = env.b.clone();
     let sb = s.clone();
     let waiter = tokio::spawn(async move {
@@ -140,7 +333,7 @@ async fn join_once(env: &Env) -> Duration {
             .unwrap();
         (Instant::now(), out.kind())
     });
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
     go.send(()).unwrap();
     let (b_done, kind) = waiter.await.unwrap();
     holder.await.unwrap();
@@ -148,66 +341,100 @@ async fn join_once(env: &Env) -> Duration {
     b_done.saturating_duration_since(done_rx.await.unwrap())
 }
 
-fn summary(rt: &Runtime, env: &Env, redis: &RedisServer) {
-    // Throughput, alternating tier and floor so both see the same machine state.
-    rt.block_on(tier_batch(env));
-    rt.block_on(floor_batch(env));
-    let (mut tier, mut floor) = (Duration::ZERO, Duration::ZERO);
-    let rounds = 10;
-    for _ in 0..rounds {
-        let t = Instant::now();
-        rt.block_on(tier_batch(env));
-        tier += t.elapsed();
-        let t = Instant::now();
-        rt.block_on(floor_batch(env));
-        floor += t.elapsed();
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn block<F: Future>(rt: &Runtime, f: F) -> F::Output {
+    rt.block_on(f)
+}
+
+fn summary(rt: &Runtime, env: &Env, redis: &RedisServer, rounds: usize) {
+    let port = redis.port();
+    // Warm-up: every variant once.
+    for v in VARIANTS {
+        block(rt, batch(env, v, BATCH / 4));
     }
-    let n = (rounds * BATCH) as f64;
-    if std::env::var("IDEM_BENCH_DIAG").is_ok() {
-        let info = rt
-            .block_on(support::raw(redis_port(redis), "INFO commandstats"))
-            .unwrap();
-        for l in info
-            .lines()
-            .filter(|l| l.starts_with("cmdstat_evalsha") || l.starts_with("cmdstat_set"))
-        {
-            println!("diag {l}");
+    block(rt, support::raw(port, "CONFIG RESETSTAT")).unwrap();
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS.len()];
+    let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); VARIANTS.len()];
+    let floor_at = VARIANTS.iter().position(|v| *v == Variant::Floor).unwrap();
+    for round in 0..rounds {
+        let mut this = vec![0.0; VARIANTS.len()];
+        for k in 0..VARIANTS.len() {
+            let i = (k + round) % VARIANTS.len();
+            let d = block(rt, batch(env, VARIANTS[i], BATCH));
+            this[i] = BATCH as f64 / d.as_secs_f64();
         }
-        let cpu = rt
-            .block_on(support::raw(redis_port(redis), "INFO cpu"))
-            .unwrap();
-        println!("diag server cpu: {}", cpu.replace("\r\n", " "));
+        for i in 0..VARIANTS.len() {
+            rates[i].push(this[i]);
+            ratios[i].push(this[i] / this[floor_at]);
+        }
     }
-    let (tier_rate, floor_rate) = (n / tier.as_secs_f64(), n / floor.as_secs_f64());
     println!(
-        "d1 unique keys: tier {tier_rate:.0}/s, floor (2 round trips each) {floor_rate:.0}/s, \
-         ratio {:.2}",
-        tier_rate / floor_rate
+        "unique keys, {IN_FLIGHT} in flight, one client, {rounds} paired rounds of {BATCH} each:"
     );
+    println!("{:<12} {:>10} {:>14}", "variant", "ops/s", "× floor");
+    for (i, v) in VARIANTS.iter().enumerate() {
+        let r = &ratios[i];
+        println!(
+            "{:<12} {:>10.0} {:>8.2} ({:.2}–{:.2})",
+            v.name(),
+            median(rates[i].clone()),
+            median(r.clone()),
+            r.iter().cloned().fold(f64::INFINITY, f64::min),
+            r.iter().cloned().fold(0.0, f64::max),
+        );
+    }
+    let stats = block(rt, support::raw(port, "INFO commandstats")).unwrap();
+    println!("redis time per command (INFO commandstats):");
+    for l in stats.lines().filter(|l| l.starts_with("cmdstat_")) {
+        let name = l
+            .trim_start_matches("cmdstat_")
+            .split(':')
+            .next()
+            .unwrap_or("");
+        let field = |f: &str| {
+            l.split(&format!("{f}="))
+                .nth(1)
+                .and_then(|x| x.split(',').next())
+                .unwrap_or("?")
+                .to_string()
+        };
+        println!(
+            "  {name:<10} calls {:>9}  usec_per_call {:>6}",
+            field("calls"),
+            field("usec_per_call")
+        );
+    }
+    let cpu = block(rt, support::raw(port, "INFO cpu")).unwrap();
+    let used = cpu
+        .lines()
+        .find(|l| l.starts_with("used_cpu_user:"))
+        .unwrap_or("");
+    println!("  redis-server {used}");
 
     // Join latency.
-    let mut lat: Vec<Duration> = (0..300).map(|_| rt.block_on(join_once(env))).collect();
+    let mut lat: Vec<Duration> = (0..300).map(|_| block(rt, join_once(env))).collect();
     lat.sort();
     let pct = |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)];
     println!(
-        "d2 cross-instance join after holder completes: p50 {:?}, p99 {:?}, max {:?}",
+        "cross-instance join after the holder completes: p50 {:?}, p99 {:?}, max {:?}",
         pct(0.50),
         pct(0.99),
         lat[lat.len() - 1]
     );
 
-    // Local replays cost no Redis round trip.
+    // Local replays cost no Redis command.
     let scopes: Vec<Scope> = (0..1_000).map(|_| env.scope()).collect();
-    rt.block_on(async {
+    block(rt, async {
         for s in &scopes {
-            env.a
-                .execute(s, fp(), |_| async { Ok::<_, Status>("v".to_string()) })
-                .await
-                .unwrap();
-            env.b
-                .execute(s, fp(), |_| async { Ok::<_, Status>("v".to_string()) })
-                .await
-                .unwrap();
+            for e in [&env.a, &env.b] {
+                e.execute(s, fp(), |_| async { Ok::<_, Status>("v".to_string()) })
+                    .await
+                    .unwrap();
+            }
         }
         let server = redis.commands_processed().await;
         let (ca, cb) = (
@@ -228,21 +455,20 @@ fn summary(rt: &Runtime, env: &Env, redis: &RedisServer) {
         let server_delta = redis.commands_processed().await - server;
         let tier_delta = env.a.remote().commands_sent() + env.b.remote().commands_sent() - ca - cb;
         println!(
-            "d1 local replays: 20000 replays on two instances, redis commands: {server_delta} \
+            "local replays: 20000 replays on two instances, redis commands: {server_delta} \
              (server INFO commandstats), {tier_delta} (tier counters)"
         );
     });
 }
 
-fn redis_port(r: &RedisServer) -> u16 {
-    r.url()
-        .trim_start_matches("redis://127.0.0.1:")
-        .trim_end_matches('/')
-        .parse()
-        .unwrap()
-}
-
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let rounds = args
+        .iter()
+        .position(|a| a == "--rounds")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(5);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -250,21 +476,22 @@ fn main() {
         .unwrap();
     let redis = rt.block_on(RedisServer::start());
     let env = Arc::new(rt.block_on(Env::new(&redis.url())));
-    summary(&rt, &env, &redis);
+    summary(&rt, &env, &redis, rounds);
+    if !args.iter().any(|a| a == "--criterion") {
+        return;
+    }
 
     let mut c = Criterion::default()
-        .configure_from_args()
         .sample_size(10)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(3));
     let mut g = c.benchmark_group("d1_unique_keys");
     g.throughput(Throughput::Elements(BATCH as u64));
-    g.bench_function(BenchmarkId::new("tier", BATCH), |b| {
-        b.to_async(&rt).iter(|| tier_batch(&env))
-    });
-    g.bench_function(BenchmarkId::new("floor", BATCH), |b| {
-        b.to_async(&rt).iter(|| floor_batch(&env))
-    });
+    for v in [Variant::Tier, Variant::Floor] {
+        g.bench_function(BenchmarkId::new(v.name(), BATCH), |b| {
+            b.to_async(&rt).iter(|| batch(&env, v, BATCH))
+        });
+    }
     g.finish();
     c.bench_function("d2_cross_instance_join", |b| {
         b.to_async(&rt).iter_custom(|iters| {
@@ -276,21 +503,6 @@ fn main() {
                 }
                 total
             }
-        })
-    });
-    let replay_scope = env.scope();
-    rt.block_on(env.a.execute(&replay_scope, fp(), |_| async {
-        Ok::<_, Status>("v".to_string())
-    }))
-    .unwrap();
-    c.bench_function("d1_local_replay", |b| {
-        b.to_async(&rt).iter(|| async {
-            env.a
-                .execute(&replay_scope, fp(), |_| async {
-                    Ok::<_, Status>("x".to_string())
-                })
-                .await
-                .unwrap()
         })
     });
     c.final_summary();

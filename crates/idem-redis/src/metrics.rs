@@ -1,20 +1,19 @@
-//! Metric names of the Redis tier, in one place (SPEC D3, E9).
+//! Metric names of the Redis tier, in one place (SPEC D3, D5, E9).
 //!
 //! | name | kind | labels | meaning |
 //! |---|---|---|---|
-//! | `idem_redis_calls_total` | counter | `result` | calls that reached the tier's claim loop, by result |
+//! | `idem_redis_reconnects_total` | counter | – | fresh clients swapped in after calls kept failing (a stalled cluster client, a failover) |
+//! | `idem_redis_volatile` | gauge | – | 1 when the last tier connected to a Redis that loses acknowledged records on restart (no append-only file), opted in with [`allow_volatile`](crate::RedisTierBuilder::allow_volatile); else 0 |
+//! | `idem_redis_unreplicated_total` | counter | – | completions that [`wait_replicas`](crate::RedisTierBuilder::wait_replicas) could not confirm on enough replicas in time |
 //!
-//! `result` is one of `executed` (claimed and ran here), `remote_replayed` (another instance's
-//! stored result), `remote_joined` (waited for another instance), `conflict`, `unavailable`
-//! (Redis failed; failed closed), `fail_open` (Redis failed; ran without a claim, opt-in),
-//! `fenced_out` (the lease lapsed before completion), `wait_timeout` (another instance still held
-//! the scope after `max_wait`), `failed` (the action failed; claim released),
-//! `complete_failed` (the action ran but its result could not be stored in Redis).
-//!
-//! Calls served by the local engine (local joins and replays) never reach the tier; they are
-//! counted by `idem_dedup_calls_total`.
+//! What the claim loop does with each call (executed, replayed, joined, unavailable, fenced out,
+//! unrecorded, release failures, orphans reclaimed, ...) is counted by the tiered engine itself
+//! in `idem_tier_calls_total{result}` (see `idem_dedup::metrics`); calls served by the local
+//! engine alone are in `idem_dedup_calls_total`.
 
-/// Counter: tier results.
-pub const CALLS_TOTAL: &str = "idem_redis_calls_total";
-/// Label naming the result.
-pub const LABEL_RESULT: &str = "result";
+/// Counter: connections replaced by a fresh client.
+pub const RECONNECTS_TOTAL: &str = "idem_redis_reconnects_total";
+/// Gauge: 1 while connected to a volatile Redis (opted in), else 0.
+pub const VOLATILE: &str = "idem_redis_volatile";
+/// Counter: completions not confirmed by enough replicas within the wait.
+pub const UNREPLICATED_TOTAL: &str = "idem_redis_unreplicated_total";

@@ -3,7 +3,9 @@
 //! Each runs atomically on the Redis node that owns the scope's slot; every key it touches carries
 //! the scope's hash tag, so it is a single-slot script on Redis Cluster too.
 
-use redis::{Script, Value};
+use redis::Value;
+
+use crate::conn::Lua;
 
 /// `KEYS`: record, fence. `ARGV`: fingerprint, lease ms, fence ttl ms, owner.
 /// Replies `{0, token, reclaimed}` claimed, `{1, holder, pttl}` in flight, `{2, value}` completed,
@@ -80,19 +82,19 @@ return n
 /// The scripts, hashed once (EVALSHA, with EVAL when a node does not know them yet).
 #[derive(Debug)]
 pub(crate) struct Scripts {
-    pub(crate) claim: Script,
-    pub(crate) complete: Script,
-    pub(crate) release: Script,
-    pub(crate) forget: Script,
+    pub(crate) claim: Lua,
+    pub(crate) complete: Lua,
+    pub(crate) release: Lua,
+    pub(crate) forget: Lua,
 }
 
 impl Scripts {
     pub(crate) fn new() -> Self {
         Scripts {
-            claim: Script::new(CLAIM),
-            complete: Script::new(COMPLETE),
-            release: Script::new(RELEASE),
-            forget: Script::new(FORGET),
+            claim: Lua::new(CLAIM),
+            complete: Lua::new(COMPLETE),
+            release: Lua::new(RELEASE),
+            forget: Lua::new(FORGET),
         }
     }
 }

@@ -11,12 +11,15 @@ use idem_dedup::remote::{
     Claim, ClaimOutcome, Commit, FencingToken, OwnerId, RecordState, RemoteRecord, RemoteTier,
 };
 use idem_retry::{Scheduler, TokioScheduler};
-use redis::Cmd;
+use redis::{Cmd, Value};
 
-use crate::config::RedisTierBuilder;
-use crate::conn::{protocol, Conn};
+use crate::config::{RedisTierBuilder, TierSettings};
+use crate::conn::{protocol, unavailable, Lua};
 use crate::keys::{channel_pattern, ScopeKeys};
+use crate::link::Link;
+use crate::metrics::UNREPLICATED_TOTAL;
 use crate::notifier::{self, Notifier};
+use crate::persistence::Persistence;
 use crate::scripts::{claim_reply, complete_reply, ClaimReply, Scripts};
 
 /// The Redis tier: claims, completions and waits on one Redis server or one Redis Cluster
@@ -33,18 +36,22 @@ pub struct RedisTier {
 }
 
 struct Inner {
-    conn: Conn,
+    link: Arc<Link>,
     scripts: Scripts,
     prefix: String,
     command_timeout: Duration,
+    wait_replicas: Option<(u32, Duration)>,
+    persistence: Persistence,
     notifier: Arc<Notifier>,
-    subscriber: tokio::task::JoinHandle<()>,
+    subscriber: Option<tokio::task::JoinHandle<()>>,
     commands: AtomicU64,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.subscriber.abort();
+        if let Some(s) = &self.subscriber {
+            s.abort();
+        }
     }
 }
 
@@ -52,9 +59,12 @@ impl fmt::Debug for RedisTier {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisTier")
             .field("prefix", &self.inner.prefix)
-            .field("cluster", &matches!(self.inner.conn, Conn::Cluster(_)))
+            .field("cluster", &self.inner.link.is_cluster())
             .field("command_timeout", &self.inner.command_timeout)
+            .field("persistence", &self.inner.persistence)
+            .field("wait_replicas", &self.inner.wait_replicas)
             .field("subscribed", &self.inner.notifier.is_subscribed())
+            .field("reconnects", &self.inner.link.reconnects())
             .finish_non_exhaustive()
     }
 }
@@ -66,20 +76,28 @@ impl RedisTier {
     }
 
     pub(crate) async fn start(
-        conn: Conn,
+        link: Arc<Link>,
         pubsub_clients: Vec<redis::Client>,
-        prefix: String,
-        command_timeout: Duration,
-        connect_timeout: Duration,
+        settings: TierSettings,
     ) -> Self {
-        let notifier = Notifier::new(prefix.clone());
-        let subscriber = tokio::spawn(notifier::run(
-            Arc::downgrade(&notifier),
-            pubsub_clients,
-            channel_pattern(&prefix),
+        let TierSettings {
+            prefix,
+            command_timeout,
             connect_timeout,
-        ));
+            wait_replicas,
+            persistence,
+        } = settings;
+        let notifier = Notifier::new(prefix.clone());
+        let subscriber = (!pubsub_clients.is_empty()).then(|| {
+            tokio::spawn(notifier::run(
+                Arc::downgrade(&notifier),
+                pubsub_clients,
+                channel_pattern(&prefix),
+                connect_timeout,
+            ))
+        });
         let scripts = Scripts::new();
+        let conn = link.get();
         for s in [
             &scripts.claim,
             &scripts.complete,
@@ -90,10 +108,12 @@ impl RedisTier {
         }
         RedisTier {
             inner: Arc::new(Inner {
-                conn,
+                link,
                 scripts,
                 prefix,
                 command_timeout,
+                wait_replicas,
+                persistence,
                 notifier,
                 subscriber,
                 commands: AtomicU64::new(0),
@@ -117,12 +137,33 @@ impl RedisTier {
         &self.inner.prefix
     }
 
+    /// What the server (the weakest primary of a cluster) kept across a restart when the tier
+    /// connected (see [`Persistence`] and [`RedisTierBuilder::allow_volatile`]).
+    pub fn persistence(&self) -> Persistence {
+        self.inner.persistence
+    }
+
+    /// How many times the health check replaced the connection with a fresh client because
+    /// calls kept failing (see [`RedisTierBuilder::health_window`]).
+    pub fn reconnects(&self) -> u64 {
+        self.inner.link.reconnects()
+    }
+
     fn keys(&self, scope: &Scope) -> ScopeKeys {
         ScopeKeys::new(&self.inner.prefix, scope)
     }
 
-    fn count(&self) {
-        self.inner.commands.fetch_add(1, Relaxed);
+    /// Runs a script on the current connection, noting the result for the health check.
+    async fn eval(&self, script: &Lua, keys: &[&str], args: &[&[u8]]) -> Result<Value, Status> {
+        let inner = &*self.inner;
+        inner.commands.fetch_add(1, Relaxed);
+        let r = inner
+            .link
+            .get()
+            .eval(script, keys, args, inner.command_timeout)
+            .await;
+        inner.link.note(&r);
+        r
     }
 }
 
@@ -140,19 +181,27 @@ impl RemoteTier for RedisTier {
         owner: OwnerId,
     ) -> Result<ClaimOutcome, Status> {
         let k = self.keys(scope);
-        let inner = &*self.inner;
         // The fence counter outlives any record of the scope: a lease, then a TTL at most. It is
         // refreshed by every claim (see the crate docs on fencing).
         let fence_ttl = lease * 2 + Duration::from_secs(24 * 3600);
-        let mut inv = inner.scripts.claim.prepare_invoke();
-        inv.key(&k.record)
-            .key(&k.fence)
-            .arg(fingerprint.to_string())
-            .arg(ms(lease))
-            .arg(ms(fence_ttl))
-            .arg(owner.to_string());
-        self.count();
-        let v = inner.conn.invoke(&inv, inner.command_timeout).await?;
+        let (fp, lease_ms, fence_ms, owner) = (
+            fingerprint.to_string(),
+            ms(lease).to_string(),
+            ms(fence_ttl).to_string(),
+            owner.to_string(),
+        );
+        let v = self
+            .eval(
+                &self.inner.scripts.claim,
+                &[&k.record, &k.fence],
+                &[
+                    fp.as_bytes(),
+                    lease_ms.as_bytes(),
+                    fence_ms.as_bytes(),
+                    owner.as_bytes(),
+                ],
+            )
+            .await?;
         Ok(
             match claim_reply(v).ok_or_else(|| protocol("claim script"))? {
                 ClaimReply::Claimed { token, reclaimed } => ClaimOutcome::Claimed {
@@ -177,33 +226,64 @@ impl RemoteTier for RedisTier {
     ) -> Result<Commit, Status> {
         let k = self.keys(claim.scope);
         let inner = &*self.inner;
-        let mut inv = inner.scripts.complete.prepare_invoke();
-        inv.key(&k.record)
-            .key(&k.fence)
-            .arg(claim.token.get())
-            .arg(claim.owner.to_string())
-            .arg(value)
-            .arg(ms(ttl))
-            .arg(&k.channel)
-            .arg(claim.fingerprint.to_string());
-        self.count();
-        let v = inner.conn.invoke(&inv, inner.command_timeout).await?;
+        let (token, owner, ttl_ms, fp) = (
+            claim.token.get().to_string(),
+            claim.owner.to_string(),
+            ms(ttl).to_string(),
+            claim.fingerprint.to_string(),
+        );
+        let keys = [k.record.as_str(), k.fence.as_str()];
+        let args: [&[u8]; 6] = [
+            token.as_bytes(),
+            owner.as_bytes(),
+            &value,
+            ttl_ms.as_bytes(),
+            k.channel.as_bytes(),
+            fp.as_bytes(),
+        ];
+        let script = &inner.scripts.complete;
+        let Some((replicas, wait)) = inner.wait_replicas else {
+            let v = self.eval(script, &keys, &args).await?;
+            return match complete_reply(v).ok_or_else(|| protocol("complete script"))? {
+                Ok(()) => Ok(Commit::Committed),
+                Err(_current) => Ok(Commit::FencedOut),
+            };
+        };
+        inner.commands.fetch_add(1, Relaxed);
+        let r = inner
+            .link
+            .get()
+            .eval_and_wait(script, &keys, &args, replicas, wait, inner.command_timeout)
+            .await;
+        inner.link.note(&r);
+        let (v, acked) = r?;
         match complete_reply(v).ok_or_else(|| protocol("complete script"))? {
-            Ok(()) => Ok(Commit::Committed),
             Err(_current) => Ok(Commit::FencedOut),
+            Ok(()) if acked >= i64::from(replicas) => Ok(Commit::Committed),
+            Ok(()) => {
+                metrics::counter!(UNREPLICATED_TOTAL).increment(1);
+                Err(unavailable(format!(
+                    "the result was stored, but only {acked} of {replicas} replicas confirmed it \
+                     within {} ms; a failover could still lose it",
+                    wait.as_millis()
+                )))
+            }
         }
     }
 
     async fn release(&self, claim: Claim<'_>) -> Result<Commit, Status> {
         let k = self.keys(claim.scope);
-        let inner = &*self.inner;
-        let mut inv = inner.scripts.release.prepare_invoke();
-        inv.key(&k.record).arg(claim.token.get()).arg(&k.channel);
-        self.count();
-        let v: redis::Value = inner.conn.invoke(&inv, inner.command_timeout).await?;
+        let token = claim.token.get().to_string();
+        let v = self
+            .eval(
+                &self.inner.scripts.release,
+                &[&k.record],
+                &[token.as_bytes(), k.channel.as_bytes()],
+            )
+            .await?;
         match v {
-            redis::Value::Int(1) => Ok(Commit::Committed),
-            redis::Value::Int(0) => Ok(Commit::FencedOut),
+            Value::Int(1) => Ok(Commit::Committed),
+            Value::Int(0) => Ok(Commit::FencedOut),
             _ => Err(protocol("release script")),
         }
     }
@@ -222,9 +302,10 @@ impl RemoteTier for RedisTier {
         // Registered: now a completion cannot slip by unseen. Did one happen since the claim?
         let mut cmd = Cmd::new();
         cmd.arg("HMGET").arg(&k.record).arg("st").arg("tok");
-        self.count();
-        let (st, tok): (Option<String>, Option<u64>) =
-            inner.conn.query(&cmd, inner.command_timeout).await?;
+        inner.commands.fetch_add(1, Relaxed);
+        let r = inner.link.get().query(&cmd, inner.command_timeout).await;
+        inner.link.note(&r);
+        let (st, tok): (Option<String>, Option<u64>) = r?;
         if st.as_deref() != Some("run") || tok != Some(holder.get()) {
             return Ok(());
         }
@@ -245,9 +326,14 @@ impl RemoteTier for RedisTier {
             .arg("tok")
             .cmd("PTTL")
             .arg(&k.record);
-        self.count();
-        let ((st, tok), pttl): ((Option<String>, Option<u64>), i64) =
-            inner.conn.query_pipe(&pipe, inner.command_timeout).await?;
+        inner.commands.fetch_add(1, Relaxed);
+        let r = inner
+            .link
+            .get()
+            .query_pipe(&pipe, inner.command_timeout)
+            .await;
+        inner.link.note(&r);
+        let ((st, tok), pttl): ((Option<String>, Option<u64>), i64) = r?;
         let expires_in = u64::try_from(pttl).ok().map(Duration::from_millis);
         Ok(match st.as_deref() {
             Some("run") => Some(RemoteRecord {
@@ -266,13 +352,15 @@ impl RemoteTier for RedisTier {
 
     async fn forget(&self, scope: &Scope) -> Result<bool, Status> {
         let k = self.keys(scope);
-        let inner = &*self.inner;
-        let mut inv = inner.scripts.forget.prepare_invoke();
-        inv.key(&k.record).arg(&k.channel);
-        self.count();
-        let v: redis::Value = inner.conn.invoke(&inv, inner.command_timeout).await?;
+        let v = self
+            .eval(
+                &self.inner.scripts.forget,
+                &[&k.record],
+                &[k.channel.as_bytes()],
+            )
+            .await?;
         match v {
-            redis::Value::Int(n) => Ok(n > 0),
+            Value::Int(n) => Ok(n > 0),
             _ => Err(protocol("forget script")),
         }
     }

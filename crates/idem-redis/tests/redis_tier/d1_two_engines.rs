@@ -2,16 +2,28 @@
 
 use idem_core::Status;
 use idem_dedup::OutcomeKind;
-use idem_redis::Source;
+use idem_redis::{RedisTier, Source};
+use std::time::Duration;
 
 use crate::support::RedisServer;
 use crate::{engine, exactly_once_workload, fp, scope, tier};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d1_two_engines_thousands_of_intents_one_side_effect_each() {
+    let _heavy = crate::one_heavy_test_at_a_time().await;
     let redis = RedisServer::start().await;
-    let a = engine(tier(&redis.url()).await);
-    let b = engine(tier(&redis.url()).await);
+    // 8,000 calls start at once, in a debug build, beside other tests' servers on two cores: a
+    // longer time limit than the other tests', so the burst itself is never taken for an outage.
+    let slow_ok = || async {
+        RedisTier::builder()
+            .command_timeout(Duration::from_secs(10))
+            .allow_volatile(true)
+            .connect(&redis.url())
+            .await
+            .expect("connect to the test redis")
+    };
+    let a = engine(slow_ok().await);
+    let b = engine(slow_ok().await);
     let intents = 2_000;
     let effects = exactly_once_workload(&[a.clone(), b.clone()], "d1-two", intents, 4).await;
     assert_eq!(effects as usize, intents);

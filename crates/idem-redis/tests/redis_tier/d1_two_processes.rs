@@ -23,6 +23,7 @@ async fn d1_two_processes_one_side_effect_per_intent() {
     if let Ok(id) = std::env::var("IDEM_D1_WORKER") {
         return worker_process(id).await;
     }
+    let _heavy = crate::one_heavy_test_at_a_time().await;
     let redis = RedisServer::start().await;
     let exe = std::env::current_exe().expect("test binary path");
     // Both processes start sending at the same moment (after their start-up).

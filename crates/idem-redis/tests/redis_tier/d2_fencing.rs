@@ -24,6 +24,7 @@ fn short_lease(t: RedisTier) -> TieredEngine<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d2_lease_lapse_fences_out_the_stalled_holder() {
+    let _heavy = crate::one_heavy_test_at_a_time().await;
     let redis = RedisServer::start().await;
     let a = short_lease(tier(&redis.url()).await);
     let b = short_lease(tier(&redis.url()).await);

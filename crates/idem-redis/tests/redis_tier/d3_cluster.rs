@@ -10,7 +10,8 @@ use crate::{exactly_once_workload, fp, scope};
 async fn cluster_engine(urls: &[String]) -> TieredEngine<String> {
     let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
     let tier = RedisTier::builder()
-        .command_timeout(Duration::from_secs(3))
+        .command_timeout(Duration::from_secs(10))
+        .allow_volatile(true)
         .connect_cluster(&nodes)
         .await
         .expect("connect to the test cluster");
@@ -22,6 +23,7 @@ async fn cluster_engine(urls: &[String]) -> TieredEngine<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d3_cluster_two_engines_one_side_effect_per_intent() {
+    let _heavy = crate::one_heavy_test_at_a_time().await;
     let cluster = RedisCluster::start().await;
     let urls = cluster.urls();
     let a = cluster_engine(&urls).await;

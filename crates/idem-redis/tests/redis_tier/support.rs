@@ -1,5 +1,6 @@
 //! Real Redis servers for the tests: one `redis-server` on a free loopback port, or a 3-master
-//! Redis Cluster, started by the tests and killed on drop (as redis-rs's own suite does).
+//! Redis Cluster (with replicas if asked), started by the tests and killed on drop (as
+//! redis-rs's own suite does).
 //!
 //! If `redis-server` or `redis-cli` is missing the helpers panic with the reason: a test that
 //! cannot run must fail loudly, never pass silently (CI installs Debian's `redis-server`).
@@ -25,7 +26,31 @@ fn free_port(with_bus: bool) -> u16 {
     }
 }
 
-fn spawn_server(port: u16, dir: &TempDir, cluster: bool) -> Child {
+/// How a test server keeps its data.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// `--appendonly yes --appendfsync always` (else `--appendonly no`).
+    pub aof: bool,
+    /// More `--name value` settings.
+    pub extra: Vec<(&'static str, String)>,
+}
+
+impl Options {
+    /// No persistence at all (`--save "" --appendonly no`).
+    pub fn volatile() -> Self {
+        Options::default()
+    }
+
+    /// An append-only file fsynced before every reply.
+    pub fn aof_always() -> Self {
+        Options {
+            aof: true,
+            extra: Vec::new(),
+        }
+    }
+}
+
+fn spawn_server(port: u16, dir: &TempDir, cluster: Option<u32>, opts: &Options) -> Child {
     let mut cmd = Command::new("redis-server");
     cmd.arg("--port")
         .arg(port.to_string())
@@ -33,15 +58,27 @@ fn spawn_server(port: u16, dir: &TempDir, cluster: bool) -> Child {
         .arg("127.0.0.1")
         .arg("--save")
         .arg("")
-        .arg("--appendonly")
-        .arg("no")
+        .arg("--enable-debug-command")
+        .arg("yes")
         .arg("--dir")
         .arg(dir.path());
-    if cluster {
+    if opts.aof {
+        cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+    } else {
+        cmd.args(["--appendonly", "no"]);
+    }
+    for (name, value) in &opts.extra {
+        cmd.arg(format!("--{name}")).arg(value);
+    }
+    if let Some(node_timeout_ms) = cluster {
         cmd.arg("--cluster-enabled")
             .arg("yes")
             .arg("--cluster-config-file")
-            .arg(dir.path().join("nodes.conf"));
+            .arg(dir.path().join("nodes.conf"))
+            .arg("--cluster-node-timeout")
+            .arg(node_timeout_ms.to_string())
+            .arg("--cluster-replica-validity-factor")
+            .arg("0");
     }
     cmd.stdout(Stdio::null()).stderr(Stdio::null());
     cmd.spawn().unwrap_or_else(|e| {
@@ -52,19 +89,37 @@ fn spawn_server(port: u16, dir: &TempDir, cluster: bool) -> Child {
     })
 }
 
-/// Sends one inline command and returns the raw reply (a few hundred bytes at most).
+/// Sends one inline command and returns the raw reply (a status, an error, an integer or a
+/// whole bulk string).
 pub async fn raw(port: u16, command: &str) -> std::io::Result<String> {
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
     s.write_all(format!("{command}\r\n").as_bytes()).await?;
-    let mut buf = vec![0u8; 16 * 1024];
-    let n = tokio::time::timeout(Duration::from_secs(1), s.read(&mut buf))
-        .await
-        .map_err(|_| std::io::Error::other("timeout"))??;
-    Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+    let mut buf = Vec::with_capacity(16 * 1024);
+    let mut chunk = vec![0u8; 16 * 1024];
+    loop {
+        let n = tokio::time::timeout(Duration::from_secs(3), s.read(&mut chunk))
+            .await
+            .map_err(|_| std::io::Error::other("timeout"))??;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let Some(eol) = buf.windows(2).position(|w| w == b"\r\n") else {
+            continue;
+        };
+        if buf[0] != b'$' {
+            break;
+        }
+        let len: i64 = String::from_utf8_lossy(&buf[1..eol]).parse().unwrap_or(-1);
+        if len < 0 || buf.len() >= eol + 2 + len as usize + 2 {
+            break;
+        }
+    }
+    Ok(String::from_utf8_lossy(&buf).into_owned())
 }
 
 async fn wait_for_ping(port: u16, child: &mut Child) {
-    for _ in 0..500 {
+    for _ in 0..1000 {
         if let Ok(r) = raw(port, "PING").await {
             if r.starts_with("+PONG") {
                 return;
@@ -75,24 +130,31 @@ async fn wait_for_ping(port: u16, child: &mut Child) {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("redis-server on port {port} did not answer PING within 5 s");
+    panic!("redis-server on port {port} did not answer PING within 10 s");
 }
 
-/// One `redis-server` on a free loopback port (`--save "" --appendonly no`, a temp dir).
+/// One `redis-server` on a free loopback port, in a temp dir (no persistence unless asked).
 pub struct RedisServer {
     port: u16,
     dir: TempDir,
+    opts: Options,
     child: Option<Child>,
 }
 
 impl RedisServer {
-    /// Starts a server and waits until it answers PING.
+    /// Starts a server without persistence and waits until it answers PING.
     pub async fn start() -> Self {
+        Self::start_with(Options::volatile()).await
+    }
+
+    /// Starts a server with `opts` and waits until it answers PING.
+    pub async fn start_with(opts: Options) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let port = free_port(false);
         let mut s = RedisServer {
             port,
             dir,
+            opts,
             child: None,
         };
         s.restart().await;
@@ -104,6 +166,11 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// Kills the server (SIGKILL) and reaps it.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -112,12 +179,32 @@ impl RedisServer {
         }
     }
 
-    /// Starts the server again on the same port (empty: nothing is persisted).
+    /// Starts the server again on the same port and dir (with an append-only file it reads its
+    /// data back; without, it starts empty) and waits until it answers PING.
     pub async fn restart(&mut self) {
-        self.kill();
-        let mut child = spawn_server(self.port, &self.dir, false);
+        self.restart_nowait();
+        let mut child = self.child.take().unwrap();
         wait_for_ping(self.port, &mut child).await;
         self.child = Some(child);
+    }
+
+    /// As [`restart`](Self::restart), without waiting.
+    pub fn restart_nowait(&mut self) {
+        self.kill();
+        self.child = Some(spawn_server(self.port, &self.dir, None, &self.opts));
+    }
+
+    /// Changes the settings used by the next restart.
+    pub fn set_options(&mut self, opts: Options) {
+        self.opts = opts;
+    }
+
+    /// `CLIENT PAUSE ms ALL`: the server holds every client's commands for `ms`, then runs them.
+    pub async fn pause(&self, ms: u64) {
+        let r = raw(self.port, &format!("CLIENT PAUSE {ms} ALL"))
+            .await
+            .expect("CLIENT PAUSE");
+        assert!(r.starts_with("+OK"), "CLIENT PAUSE: {r}");
     }
 
     /// The number of commands the server ran, from `INFO commandstats` (INFO itself excluded).
@@ -139,31 +226,37 @@ impl Drop for RedisServer {
     }
 }
 
-/// A 3-master Redis Cluster on free loopback ports, no replicas.
+/// A Redis Cluster on free loopback ports: 3 masters, optionally with replicas.
 pub struct RedisCluster {
     ports: Vec<u16>,
     _dirs: Vec<TempDir>,
-    children: Vec<Child>,
+    children: Vec<Option<Child>>,
 }
 
 impl RedisCluster {
-    /// Starts 3 `--cluster-enabled` servers, joins them with `redis-cli --cluster create`, and
-    /// waits for `cluster_state:ok` on every node.
+    /// 3 masters, no replicas, no persistence.
     pub async fn start() -> Self {
+        Self::start_with(0, Options::volatile(), 15_000).await
+    }
+
+    /// Starts `3 * (1 + replicas)` `--cluster-enabled` servers with `opts` and the given
+    /// `cluster-node-timeout`, joins them with `redis-cli --cluster create`, and waits for
+    /// `cluster_state:ok` on every node (and every replica's link to its master).
+    pub async fn start_with(replicas: usize, opts: Options, node_timeout_ms: u32) -> Self {
         let mut ports = Vec::new();
         let mut dirs = Vec::new();
         let mut children = Vec::new();
-        for _ in 0..3 {
+        for _ in 0..3 * (1 + replicas) {
             let mut port = free_port(true);
             while ports.contains(&port) {
                 port = free_port(true);
             }
             let dir = tempfile::tempdir().expect("temp dir");
-            let mut child = spawn_server(port, &dir, true);
+            let mut child = spawn_server(port, &dir, Some(node_timeout_ms), &opts);
             wait_for_ping(port, &mut child).await;
             ports.push(port);
             dirs.push(dir);
-            children.push(child);
+            children.push(Some(child));
         }
         let mut c = RedisCluster {
             ports,
@@ -175,7 +268,7 @@ impl RedisCluster {
             .arg("--cluster")
             .arg("create")
             .args(&nodes)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .await
             .unwrap_or_else(|e| panic!("cannot run `redis-cli --cluster create` ({e}): install redis-tools/redis-server"));
@@ -184,13 +277,14 @@ impl RedisCluster {
             "redis-cli --cluster create failed: {}",
             String::from_utf8_lossy(&out.stdout)
         );
-        for _ in 0..1000 {
+        for _ in 0..2000 {
             let mut ok = 0;
             for &p in &c.ports {
-                if let Ok(r) = raw(p, "CLUSTER INFO").await {
-                    if r.contains("cluster_state:ok") {
-                        ok += 1;
-                    }
+                let state = raw(p, "CLUSTER INFO").await.unwrap_or_default();
+                let repl = raw(p, "INFO replication").await.unwrap_or_default();
+                let linked = !repl.contains("role:slave") || repl.contains("master_link_status:up");
+                if state.contains("cluster_state:ok") && linked {
+                    ok += 1;
                 }
             }
             if ok == c.ports.len() {
@@ -199,7 +293,7 @@ impl RedisCluster {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         c.kill();
-        panic!("cluster did not reach cluster_state:ok within 10 s");
+        panic!("cluster did not reach cluster_state:ok within 20 s");
     }
 
     /// The node URLs.
@@ -210,12 +304,100 @@ impl RedisCluster {
             .collect()
     }
 
-    fn kill(&mut self) {
-        for c in &mut self.children {
+    /// The ports of the nodes that are masters now, as a living node sees them.
+    pub async fn master_ports(&self) -> Vec<u16> {
+        let nodes = self.nodes().await;
+        nodes
+            .iter()
+            .filter(|n| n.flags.contains("master") && !n.flags.contains("fail"))
+            .map(|n| n.port)
+            .collect()
+    }
+
+    /// Kills the node on `port` (SIGKILL).
+    pub fn kill_node(&mut self, port: u16) {
+        let i = self.ports.iter().position(|&p| p == port).expect("a node");
+        if let Some(mut c) = self.children[i].take() {
             let _ = c.kill();
             let _ = c.wait();
         }
     }
+
+    /// Starts the node on `port` again (same dir and settings: with an append-only file it
+    /// rejoins, as a replica of whoever took over its slots).
+    pub async fn restart_node(&mut self, port: u16, opts: &Options, node_timeout_ms: u32) {
+        let i = self.ports.iter().position(|&p| p == port).expect("a node");
+        self.kill_node(port);
+        let mut child = spawn_server(port, &self._dirs[i], Some(node_timeout_ms), opts);
+        wait_for_ping(port, &mut child).await;
+        self.children[i] = Some(child);
+    }
+
+    /// Waits until a replica of the killed master `port` took over: every living node reports
+    /// `cluster_state:ok` and 3 masters, none of them `port`. Panics after `limit`.
+    pub async fn wait_for_failover(&self, port: u16, limit: Duration) {
+        let until = tokio::time::Instant::now() + limit;
+        while tokio::time::Instant::now() < until {
+            let mut good = true;
+            for (i, &p) in self.ports.iter().enumerate() {
+                if self.children[i].is_none() {
+                    continue;
+                }
+                let info = raw(p, "CLUSTER INFO").await.unwrap_or_default();
+                good &= info.contains("cluster_state:ok");
+            }
+            let masters = self.master_ports().await;
+            if good && masters.len() == 3 && !masters.contains(&port) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("no replica took over from the master on port {port} within {limit:?}");
+    }
+
+    async fn nodes(&self) -> Vec<Node> {
+        for (i, &p) in self.ports.iter().enumerate() {
+            if self.children[i].is_none() {
+                continue;
+            }
+            let Ok(text) = raw(p, "CLUSTER NODES").await else {
+                continue;
+            };
+            let nodes: Vec<Node> = text
+                .lines()
+                .filter_map(|l| {
+                    let mut f = l.split(' ');
+                    let _id = f.next()?;
+                    let addr = f.next()?;
+                    let flags = f.next()?.to_owned();
+                    let port = addr
+                        .split(['@', ','])
+                        .next()?
+                        .rsplit(':')
+                        .next()?
+                        .parse()
+                        .ok()?;
+                    Some(Node { port, flags })
+                })
+                .collect();
+            if !nodes.is_empty() {
+                return nodes;
+            }
+        }
+        Vec::new()
+    }
+
+    fn kill(&mut self) {
+        for c in self.children.iter_mut().flatten() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+struct Node {
+    port: u16,
+    flags: String,
 }
 
 impl Drop for RedisCluster {

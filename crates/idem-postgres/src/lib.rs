@@ -6,13 +6,26 @@
     unreachable_pub,
     rust_2018_idioms
 )]
-#![allow(dead_code, unused_macros, unused_imports)] // used by the tier and the transactional engine (next commits)
+#![allow(dead_code)] // the transactional engine uses the rest (next commit)
 
 mod config;
 mod db;
 mod digest;
 pub mod metrics;
+mod notifier;
 mod schema;
 mod sweeper;
+mod tier;
 
+pub use idem_dedup::remote::{ClaimOutcome, Commit, FencingToken, OwnerId, RemoteTier};
+pub use idem_dedup::tiered::{OnUnavailable, TierStats, TieredBuilder};
+#[cfg(feature = "serde")]
+pub use idem_dedup::JsonCodec;
+pub use idem_dedup::{BytesCodec, Codec, Outcome, Source};
 pub use schema::{migrate, schema_sql, SetupError, DEFAULT_SCHEMA, SCHEMA_SQL, SCHEMA_VERSION};
+pub use tier::{PgTier, PgTierBuilder};
+
+/// The [`TieredEngine`](idem_dedup::tiered::TieredEngine) over a [`PgTier`]: each instance's
+/// local engine in front, PostgreSQL arbitrating between instances.
+/// `TieredEngine::<V>::builder(tier)` starts one.
+pub type TieredEngine<V, C = BytesCodec> = idem_dedup::tiered::TieredEngine<V, PgTier, C>;

@@ -98,7 +98,7 @@ pub fn schema_sql(schema: &str) -> Result<String, SetupError> {
 /// Creates or updates idem's schema `schema` in the database: the `records` table, its expiry
 /// index, the `fence` sequence and the functions (D4). Idempotent, and safe to run from every
 /// instance at start-up at once (an advisory lock serializes them). The builders of
-/// tier and the transactional engine call it unless told not to.
+/// [`PgTier`](crate::PgTier) and the transactional engine call it unless told not to.
 ///
 /// The schema name is 1 to 48 characters of `a-z`, `0-9` and `_`, not starting with a digit.
 ///

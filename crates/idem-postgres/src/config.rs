@@ -48,7 +48,9 @@ impl Common {
     pub(crate) async fn open(&self) -> Result<Arc<Db>, SetupError> {
         check_schema(&self.schema)?;
         if self.query_timeout.is_zero() {
-            return Err(SetupError::Invalid("query_timeout must be greater than zero"));
+            return Err(SetupError::Invalid(
+                "query_timeout must be greater than zero",
+            ));
         }
         if let Some(s) = &self.sweep {
             if s.every.is_zero() || s.batch == 0 {

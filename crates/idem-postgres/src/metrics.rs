@@ -16,7 +16,10 @@ pub const SWEPT: &str = "idem_postgres_swept_total";
 
 /// Registers the descriptions (HELP text) of the metrics above with the installed recorder.
 pub fn describe() {
-    ::metrics::describe_counter!(QUERIES, "Statements idem-postgres sent to PostgreSQL, by op.");
+    ::metrics::describe_counter!(
+        QUERIES,
+        "Statements idem-postgres sent to PostgreSQL, by op."
+    );
     ::metrics::describe_counter!(
         FAILURES,
         "idem-postgres statements that failed or passed their time limit, by op."

@@ -57,7 +57,11 @@ impl fmt::Debug for PgTransaction {
 }
 
 impl PgTransaction {
-    pub(crate) fn new(tx: Transaction<'static, Postgres>, token: FencingToken, scope: Scope) -> Self {
+    pub(crate) fn new(
+        tx: Transaction<'static, Postgres>,
+        token: FencingToken,
+        scope: Scope,
+    ) -> Self {
         PgTransaction {
             shared: Arc::new(Shared {
                 tx: Arc::new(Mutex::new(Some(tx))),

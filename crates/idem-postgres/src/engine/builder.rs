@@ -190,7 +190,8 @@ where
             .min(c.ttl);
         // A local run: the wait for the scope's lock, the action (bounded by the lease while
         // idle), the record and the commit.
-        let in_flight = c.max_wait + c.lease + self.common.query_timeout * 4 + Duration::from_secs(5);
+        let in_flight =
+            c.max_wait + c.lease + self.common.query_timeout * 4 + Duration::from_secs(5);
         let mut local = Engine::builder()
             .ttl(local_ttl)
             .max_entries(self.max_local_entries)

@@ -98,7 +98,8 @@ where
             };
         match outcome {
             0 => {
-                let token = idem_dedup::remote::FencingToken::new(u64::try_from(token).unwrap_or(0));
+                let token =
+                    idem_dedup::remote::FencingToken::new(u64::try_from(token).unwrap_or(0));
                 return run_claimed(&inner, tx, &d, fp, token, scope, action).await;
             }
             2 => {

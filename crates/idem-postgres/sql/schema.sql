@@ -175,10 +175,13 @@ DECLARE
     t_now timestamptz;
     old_lock_timeout text;
 BEGIN
-    old_lock_timeout := current_setting('lock_timeout');
-    PERFORM set_config('lock_timeout', p_wait_ms::text, true);
-    PERFORM pg_advisory_xact_lock(p_key);
-    PERFORM set_config('lock_timeout', old_lock_timeout, true);
+    -- Uncontended (the common case): no lock_timeout to set and restore.
+    IF NOT pg_try_advisory_xact_lock(p_key) THEN
+        old_lock_timeout := current_setting('lock_timeout');
+        PERFORM set_config('lock_timeout', p_wait_ms::text, true);
+        PERFORM pg_advisory_xact_lock(p_key);
+        PERFORM set_config('lock_timeout', old_lock_timeout, true);
+    END IF;
     IF p_idle_ms > 0 THEN
         PERFORM set_config('idle_in_transaction_session_timeout', p_idle_ms::text, true);
     END IF;
@@ -199,4 +202,30 @@ BEGIN
         RETURN;
     END IF;
     RETURN QUERY SELECT 0::smallint, nextval('__SCHEMA__.fence'), 0::bigint, NULL::bytea;
+END $$;
+
+-- Transactional record (D4 b), run in the claimed transaction right before its COMMIT: writes
+-- the completed record with the claim's token. Raises (SQLSTATE ID001) if a record with a later
+-- token exists, so the COMMIT that follows in the same query string is skipped and the whole
+-- transaction rolls back (under the scope's lock this cannot happen; it is a safety net).
+CREATE OR REPLACE FUNCTION __SCHEMA__.tx_finish(
+    p_digest bytea, p_fp bytea, p_token bigint, p_owner bytea, p_value bytea, p_ttl_ms bigint
+) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    t_now timestamptz := clock_timestamp();
+BEGIN
+    INSERT INTO __SCHEMA__.records AS x
+        (digest, fingerprint, state, token, owner, result, awaited, created_at, expires_at)
+    VALUES (p_digest, p_fp, 2, p_token, p_owner, p_value, false, t_now,
+            t_now + p_ttl_ms * interval '1 millisecond')
+    ON CONFLICT (digest) DO UPDATE SET
+        fingerprint = EXCLUDED.fingerprint, state = 2, token = EXCLUDED.token,
+        owner = EXCLUDED.owner, result = EXCLUDED.result, awaited = false,
+        created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+    WHERE x.token < EXCLUDED.token;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'a later record of this scope exists: this transaction rolls back'
+            USING ERRCODE = 'ID001';
+    END IF;
 END $$;

@@ -25,6 +25,7 @@ pub(crate) struct Sql {
     pub(crate) lookup: String,
     pub(crate) held_by: String,
     pub(crate) tx_claim: String,
+    /// The quoted schema, for the record-and-COMMIT string (see `tx_finish_sql`).
     pub(crate) tx_finish: String,
     pub(crate) sweep: String,
 }
@@ -57,22 +58,49 @@ impl Sql {
             tx_claim: format!(
                 "SELECT outcome, token, lease_left_ms, result FROM {s}.tx_claim($1, $2, $3, $4, $5)"
             ),
-            tx_finish: format!(
-                "INSERT INTO {s}.records AS x \
-                 (digest, fingerprint, state, token, owner, result, awaited, created_at, expires_at) \
-                 VALUES ($1, $2, 2, $3, $4, $5, false, clock_timestamp(), \
-                 clock_timestamp() + $6 * interval '1 millisecond') \
-                 ON CONFLICT (digest) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, state = 2, \
-                 token = EXCLUDED.token, owner = EXCLUDED.owner, result = EXCLUDED.result, \
-                 awaited = false, created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at \
-                 WHERE x.token < EXCLUDED.token RETURNING x.token"
-            ),
+            tx_finish: s.clone(),
             sweep: format!(
                 "DELETE FROM {s}.records WHERE ctid = ANY(ARRAY(\
                  SELECT ctid FROM {s}.records WHERE expires_at <= statement_timestamp() \
                  LIMIT $1 FOR UPDATE SKIP LOCKED))"
             ),
         }
+    }
+}
+
+impl Sql {
+    /// The last round trip of a transactional run, one simple-query string: the record
+    /// (`tx_finish`), `COMMIT`, and a `BEGIN` of an empty transaction, which keeps sqlx's view
+    /// of the connection (one open transaction, rolled back when the handle is dropped, with the
+    /// connection's next message) true without a round trip of its own. If the record fails,
+    /// PostgreSQL skips the rest of the string and the transaction rolls back. The arguments
+    /// are literals made only of hex digits and numbers.
+    pub(crate) fn tx_finish_sql(
+        &self,
+        digest: &[u8],
+        fp: &[u8],
+        token: i64,
+        owner: &[u8],
+        value: &[u8],
+        ttl_ms: i64,
+    ) -> String {
+        use crate::digest::hex;
+        let mut sql = String::with_capacity(200 + 2 * value.len());
+        sql.push_str("SELECT ");
+        sql.push_str(&self.tx_finish);
+        sql.push_str(".tx_finish(");
+        for b in [digest, fp] {
+            sql.push_str("decode('");
+            sql.push_str(&hex(b));
+            sql.push_str("', 'hex'), ");
+        }
+        sql.push_str(&format!(
+            "{token}, decode('{}', 'hex'), decode('",
+            hex(owner)
+        ));
+        sql.push_str(&hex(value));
+        sql.push_str(&format!("', 'hex'), {ttl_ms}); COMMIT; BEGIN"));
+        sql
     }
 }
 
@@ -95,6 +123,12 @@ impl fmt::Display for Failure {
 }
 
 impl Failure {
+    /// Whether the server answered with an error (as opposed to no answer: a lost connection
+    /// or the time limit). After an error reply to a COMMIT, the transaction did not commit.
+    pub(crate) fn is_error_reply(&self) -> bool {
+        matches!(self, Failure::Sql(sqlx::Error::Database(_)))
+    }
+
     /// Whether a lock wait passed its limit (another transaction holds the scope).
     pub(crate) fn is_lock_timeout(&self) -> bool {
         matches!(self, Failure::Sql(sqlx::Error::Database(e)) if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE))
@@ -146,6 +180,26 @@ impl Db {
         fut: impl Future<Output = Result<T, sqlx::Error>>,
     ) -> Result<T, Failure> {
         self.count(op);
+        self.run(op, limit, fut).await
+    }
+
+    /// As [`timed`](Self::timed), without counting the statement in
+    /// [`queries`](Self::queries) (the sweeper's; the metric still counts it).
+    pub(crate) async fn uncounted<T>(
+        &self,
+        op: &'static str,
+        fut: impl Future<Output = Result<T, sqlx::Error>>,
+    ) -> Result<T, Failure> {
+        ::metrics::counter!(metrics::QUERIES, "op" => op).increment(1);
+        self.run(op, self.query_timeout, fut).await
+    }
+
+    async fn run<T>(
+        &self,
+        op: &'static str,
+        limit: Duration,
+        fut: impl Future<Output = Result<T, sqlx::Error>>,
+    ) -> Result<T, Failure> {
         let out = match tokio::time::timeout(limit, fut).await {
             Ok(Ok(v)) => return Ok(v),
             Ok(Err(e)) => Failure::Sql(e),

@@ -43,7 +43,7 @@ pub(crate) async fn sweep_once(db: &Db, cfg: SweepConfig) -> Result<u64, Status>
             .bind(i64::from(cfg.batch))
             .execute(&db.pool);
         let done = db
-            .query("sweep", q)
+            .uncounted("sweep", q)
             .await
             .map_err(|f| db.status(f))?
             .rows_affected();

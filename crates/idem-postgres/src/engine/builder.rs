@@ -38,7 +38,7 @@ pub(crate) struct TxConfig {
 /// | [`max_local_entries`](Self::max_local_entries) | 1,000,000 | E7 |
 /// | [`codec`](Self::codec) | [`BytesCodec`] (`Vec<u8>`, `String`; `idem-tower` adds its stored responses) | D1 |
 /// | [`schema`](Self::schema) | `idem` | |
-/// | [`query_timeout`](Self::query_timeout) | 1 s: every statement idem sends (BEGIN, claim, record, COMMIT) | D3 |
+/// | [`query_timeout`](Self::query_timeout) | 1 s: every statement idem sends (BEGIN, the claim, the record with the COMMIT) | D3 |
 /// | [`apply_schema`](Self::apply_schema) | yes | `build` runs [`migrate`](crate::migrate) |
 /// | [`sweep_every`](Self::sweep_every), [`sweep_batch`](Self::sweep_batch) | 60 s, 1,000 rows | Z3 |
 ///

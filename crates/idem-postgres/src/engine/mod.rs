@@ -57,8 +57,10 @@ impl<V, C> Drop for Inner<V, C> {
 ///    while another transaction of the scope runs on any instance — and reads the record with
 ///    a fresh snapshot;
 /// 2. if a record is committed: rolls back and replays it (or answers a conflict);
-/// 3. otherwise runs the action with the [`PgTransaction`], writes the record (fingerprint,
-///    token, encoded value, expiry) in it, and `COMMIT`s. An action error or panic rolls the
+/// 3. otherwise runs the action with the [`PgTransaction`], then writes the record
+///    (fingerprint, token, encoded value, expiry) in it and `COMMIT`s, in one round trip. So a
+///    unique intent costs idem three round trips (`BEGIN`, the claim, the record with the
+///    `COMMIT`) besides the action's own statements. An action error or panic rolls the
 ///    whole transaction back (nothing is stored; the next call runs again).
 ///
 /// A holder that dies mid-transaction (crash, `kill -9`, lost connection) is rolled back by
@@ -77,8 +79,8 @@ impl<V, C> Drop for Inner<V, C> {
 ///
 /// | code | reason | when |
 /// |---|---|---|
-/// | `UNAVAILABLE` | `UPSTREAM_UNAVAILABLE` | the database failed or passed [`query_timeout`](PgEngineBuilder::query_timeout) before the COMMIT; nothing committed |
-/// | `UNAVAILABLE` | `UNKNOWN_OUTCOME` | the COMMIT itself failed or did not answer; the retry replays if it committed, runs once if not |
+/// | `UNAVAILABLE` | `UPSTREAM_UNAVAILABLE` | the database failed, refused the record or the COMMIT, or passed [`query_timeout`](PgEngineBuilder::query_timeout) before its last round trip; nothing committed |
+/// | `UNAVAILABLE` | `UNKNOWN_OUTCOME` | the last round trip (the record and the COMMIT) got no answer: the retry replays if it committed, runs once if not |
 /// | `UNAVAILABLE` | `REQUEST_IN_FLIGHT` | another transaction still held the scope after `max_wait` (retry-after hint) |
 /// | `FAILED_PRECONDITION` | `IDEMPOTENCY_CONFLICT` | the record holds another fingerprint |
 ///
@@ -346,8 +348,9 @@ where
         Ok(here || there)
     }
 
-    /// Statements this engine has sent (BEGIN, claim, record, COMMIT, ROLLBACK, lookups and
-    /// forgets; the sweeper's are not counted). A replay served by the local engine adds none.
+    /// Statements this engine has sent: `BEGIN`, the claim, the record with its `COMMIT` (one
+    /// query string), the `ROLLBACK`s sqlx queues on a connection after a run (sent with its
+    /// next message, not waited for), lookups and forgets; the sweeper's are not counted. A replay served by the local engine adds none.
     pub fn queries_sent(&self) -> u64 {
         self.inner.db.queries()
     }

@@ -191,29 +191,32 @@ where
         Ok(Ok(value)) => value,
     };
     let bytes = inner.codec.encode(&value)?;
-    let q = sqlx::query_scalar::<_, i64>(&db.sql.tx_finish)
-        .bind(d.0)
-        .bind(fp.to_bytes())
-        .bind(i64::try_from(token.get()).unwrap_or(i64::MAX))
-        .bind(inner.cfg.owner.get().to_be_bytes())
-        .bind(bytes)
-        .bind(ms(inner.cfg.ttl))
-        .fetch_optional(tx.conn());
-    match db.query("tx_finish", q).await {
-        Ok(Some(_)) => {}
-        Ok(None) => {
-            return Err(Status::new(
-                Code::Internal,
-                "a later record of this request exists: this run's transaction was rolled back",
-            ))
-        }
-        Err(f) => return Err(not_committed(db.status(f))),
-    }
-    let tx = tx.into_inner();
-    match db.query("commit", tx.commit()).await {
-        Ok(()) => Ok(value),
+    // The record, COMMIT (and an empty BEGIN) in one round trip; see `Sql::tx_finish_sql`.
+    let sql = db.sql.tx_finish_sql(
+        &d.0,
+        &fp.to_bytes(),
+        i64::try_from(token.get()).unwrap_or(i64::MAX),
+        &inner.cfg.owner.get().to_be_bytes(),
+        &bytes,
+        ms(inner.cfg.ttl),
+    );
+    match db.query("tx_finish", simple_query(tx.conn(), &sql)).await {
+        // Committed; dropping `tx` rolls back the empty transaction the string began.
+        Ok(_) => Ok(value),
+        // The server refused the record or the COMMIT: the transaction rolled back.
+        Err(f) if f.is_error_reply() => Err(not_committed(db.status(f))),
+        // No answer: it may or may not have committed.
         Err(f) => Err(unknown_outcome(f)),
     }
+}
+
+/// Runs a string of statements as one simple query (a `&str` without arguments goes through
+/// the simple-query protocol).
+fn simple_query<'c>(
+    conn: &'c mut sqlx::PgConnection,
+    sql: &'c str,
+) -> futures::future::BoxFuture<'c, Result<sqlx::postgres::PgQueryResult, sqlx::Error>> {
+    sqlx::Executor::execute(conn, sql)
 }
 
 /// The record could not be written: the transaction rolls back, nothing happened.

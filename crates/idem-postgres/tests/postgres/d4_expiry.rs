@@ -19,6 +19,7 @@ async fn d4_sweeper_deletes_expired_rows_and_the_table_stays_bounded_under_a_uni
     let engine = PgEngine::<String>::builder(pool(&db.url, 6).await)
         .schema(&db.schema)
         .apply_schema(false)
+        .query_timeout(Duration::from_secs(5))
         .ttl(ttl)
         .sweep_every(Duration::from_millis(100))
         .sweep_batch(50) // several batches per tick
@@ -43,12 +44,14 @@ async fn d4_sweeper_deletes_expired_rows_and_the_table_stays_bounded_under_a_uni
             });
             if i % 16 == 15 {
                 while tasks.len() > 16 {
-                    tasks.join_next().await.unwrap().unwrap().unwrap();
+                    let r = tasks.join_next().await.unwrap().unwrap();
+                    r.unwrap_or_else(|e| panic!("a flood call failed: {e}"));
                 }
             }
         }
         while let Some(r) = tasks.join_next().await {
-            r.unwrap().unwrap();
+            r.unwrap()
+                .unwrap_or_else(|e| panic!("a flood call failed: {e}"));
         }
         peak = peak.max(db.records().await);
         // Once the round's results expire, the sweeper empties the table: no growth.

@@ -1,7 +1,7 @@
 //! D4 / performance: what a call costs in statements. A replay of a locally held result: none.
 //! A cross-instance replay: one statement in remote-tier mode; in transactional mode the claim
 //! inside BEGIN ... ROLLBACK. A unique intent in transactional mode: BEGIN, claim, the action's
-//! own statements, the record, COMMIT.
+//! own statements, the record with the COMMIT (one query string).
 
 use std::time::Duration;
 

@@ -14,6 +14,7 @@
 //! | [`retry`] | `idem-retry` | `retry` (default) | backoff, classification, retry budget, retrier |
 //! | `tower` | `idem-tower` | `tower` | tower layers for tonic/axum servers and clients |
 //! | `redis` | `idem-redis` | `redis` | cross-instance deduplication on Redis and Redis Cluster |
+//! | `postgres` | `idem-postgres` | `postgres` | the PostgreSQL tier and its transactional mode |
 //!
 //! The package is `idem-kit` on crates.io (the name `idem` belongs to an unrelated crate); the
 //! library keeps the short name:
@@ -70,6 +71,11 @@ pub use idem_tower as tower;
 /// Cross-instance deduplication on Redis and Redis Cluster (D1–D3); see [`idem_redis`].
 #[cfg(feature = "redis")]
 pub use idem_redis as redis;
+
+/// Cross-instance deduplication on PostgreSQL, and the transactional mode whose record commits
+/// with the side effect (D4, D5); see [`idem_postgres`].
+#[cfg(feature = "postgres")]
+pub use idem_postgres as postgres;
 
 /// The README's examples, compiled and run as doctests so they stay true (its Redis example needs
 /// the `redis` feature, so this runs under `--all-features`, as CI does).

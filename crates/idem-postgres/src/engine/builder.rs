@@ -1,0 +1,220 @@
+//! [`PgEngineBuilder`]: the transactional engine's settings, with every default listed.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_dedup::remote::OwnerId;
+use idem_dedup::{BytesCodec, Codec, ConfigError, Engine};
+use sqlx::PgPool;
+
+use super::{Inner, PgEngine};
+use crate::config::{common_setters, Common};
+use crate::schema::SetupError;
+use crate::sweeper;
+
+#[derive(Debug, Clone)]
+pub(crate) struct TxConfig {
+    pub(crate) ttl: Duration,
+    pub(crate) max_wait: Duration,
+    pub(crate) lease: Duration,
+    pub(crate) poll_first: Duration,
+    pub(crate) poll_max: Duration,
+    pub(crate) owner: OwnerId,
+}
+
+/// Builds a [`PgEngine`] over your pool.
+///
+/// # Default
+///
+/// | setting | default | |
+/// |---|---|---|
+/// | [`ttl`](Self::ttl) | 24 h: records live this long, counted from the commit | E2 |
+/// | [`local_ttl`](Self::local_ttl) | 5 min (at most the `ttl`): this instance's copy, replayed without a query | D6 |
+/// | [`max_wait`](Self::max_wait) | 30 s: longest wait for another transaction of the same scope | D2 |
+/// | [`lease`](Self::lease) | 30 s: longest a run's transaction may sit idle before the server ends it | D4 |
+/// | [`poll_interval`](Self::poll_interval) | 10 ms doubling to 250 ms: waits for a remote-tier claim of the scope | D2 |
+/// | [`local_shards`](Self::local_shards) | available parallelism | E8 |
+/// | [`max_local_entries`](Self::max_local_entries) | 1,000,000 | E7 |
+/// | [`codec`](Self::codec) | [`BytesCodec`] (`Vec<u8>`, `String`; `idem-tower` adds its stored responses) | D1 |
+/// | [`schema`](Self::schema) | `idem` | |
+/// | [`query_timeout`](Self::query_timeout) | 1 s: every statement idem sends (BEGIN, the claim, the record with the COMMIT) | D3 |
+/// | [`apply_schema`](Self::apply_schema) | yes | `build` runs [`migrate`](crate::migrate) |
+/// | [`sweep_every`](Self::sweep_every), [`sweep_batch`](Self::sweep_batch) | 60 s, 1,000 rows | Z3 |
+///
+/// The local copy's TTL is short by default because the local engine is a cache in front of the
+/// table: a result it no longer holds costs one transaction to replay, while a local engine
+/// filled with long-lived copies would refuse new scopes (`RESOURCE_EXHAUSTED`) once
+/// `max_local_entries` are held.
+///
+/// ```no_run
+/// # async fn demo(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+/// use idem_postgres::PgEngine;
+/// use std::time::Duration;
+///
+/// let engine = PgEngine::<String>::builder(pool)
+///     .schema("shop_idem")
+///     .ttl(Duration::from_secs(3600))
+///     .max_wait(Duration::from_secs(5))
+///     .lease(Duration::from_secs(10))
+///     .build()
+///     .await?;
+/// # let _ = engine; Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct PgEngineBuilder<V, C = BytesCodec> {
+    common: Common,
+    codec: C,
+    cfg: TxConfig,
+    local_ttl: Option<Duration>,
+    local_shards: Option<usize>,
+    max_local_entries: usize,
+    _v: PhantomData<fn() -> V>,
+}
+
+impl<V> PgEngineBuilder<V, BytesCodec> {
+    pub(crate) fn new(pool: PgPool) -> Self {
+        PgEngineBuilder {
+            common: Common::new(pool),
+            codec: BytesCodec,
+            cfg: TxConfig {
+                ttl: Duration::from_secs(24 * 3600),
+                max_wait: Duration::from_secs(30),
+                lease: Duration::from_secs(30),
+                poll_first: Duration::from_millis(10),
+                poll_max: Duration::from_millis(250),
+                owner: OwnerId::random(),
+            },
+            local_ttl: None,
+            local_shards: None,
+            max_local_entries: 1_000_000,
+            _v: PhantomData,
+        }
+    }
+}
+
+impl<V, C> PgEngineBuilder<V, C> {
+    common_setters!();
+
+    /// The codec that turns values into the stored bytes. Default: [`BytesCodec`].
+    pub fn codec<C2>(self, codec: C2) -> PgEngineBuilder<V, C2> {
+        PgEngineBuilder {
+            common: self.common,
+            codec,
+            cfg: self.cfg,
+            local_ttl: self.local_ttl,
+            local_shards: self.local_shards,
+            max_local_entries: self.max_local_entries,
+            _v: PhantomData,
+        }
+    }
+
+    /// How long records live in the table, counted from the commit (E2). Default: 24 h.
+    pub const fn ttl(mut self, d: Duration) -> Self {
+        self.cfg.ttl = d;
+        self
+    }
+
+    /// How long this instance keeps its own copy of a result (replayed with no query). Default:
+    /// 5 minutes, or the `ttl` if shorter. A copy may outlive the table's record by up to this
+    /// much.
+    pub const fn local_ttl(mut self, d: Duration) -> Self {
+        self.local_ttl = Some(d);
+        self
+    }
+
+    /// The longest a run waits for another transaction of the same scope (on any instance) to
+    /// commit or roll back, before answering `UNAVAILABLE` / `REQUEST_IN_FLIGHT` with a
+    /// retry-after hint. Default: 30 s.
+    pub const fn max_wait(mut self, d: Duration) -> Self {
+        self.cfg.max_wait = d;
+        self
+    }
+
+    /// The lease of a run: the longest its transaction may sit idle (the action waiting on
+    /// something else than the database) before PostgreSQL ends the session and rolls it back
+    /// (`idle_in_transaction_session_timeout`), so a stalled holder never keeps the scope.
+    /// Default: 30 s.
+    pub const fn lease(mut self, d: Duration) -> Self {
+        self.cfg.lease = d;
+        self
+    }
+
+    /// The polling of waits for a remote-tier claim of the same scope (a [`PgTier`](crate::PgTier)
+    /// sharing the schema): `first`, doubling up to `max`. Default: 10 ms to 250 ms.
+    pub const fn poll_interval(mut self, first: Duration, max: Duration) -> Self {
+        self.cfg.poll_first = first;
+        self.cfg.poll_max = max;
+        self
+    }
+
+    /// Shards of the local engine (E8). Default: available parallelism.
+    pub const fn local_shards(mut self, n: usize) -> Self {
+        self.local_shards = Some(n);
+        self
+    }
+
+    /// Cap on the local engine's entries (E7): when it is full, new scopes get
+    /// `RESOURCE_EXHAUSTED` with a retry-after hint until copies expire (see
+    /// [`local_ttl`](Self::local_ttl)). Default: 1,000,000.
+    pub const fn max_local_entries(mut self, n: usize) -> Self {
+        self.max_local_entries = n;
+        self
+    }
+}
+
+impl<V, C> PgEngineBuilder<V, C>
+where
+    V: Clone + Send + Sync + 'static,
+    C: Codec<V>,
+{
+    /// Applies the schema (unless told not to), starts the local engine and the sweeper. Must
+    /// be called inside a tokio runtime. Each build gets its own random owner id.
+    ///
+    /// # Errors
+    ///
+    /// [`SetupError`]: a bad setting, or the schema could not be applied.
+    pub async fn build(self) -> Result<PgEngine<V, C>, SetupError> {
+        let c = &self.cfg;
+        if c.ttl.is_zero() || c.max_wait.is_zero() || c.lease.is_zero() {
+            return Err(SetupError::Invalid(
+                "ttl, max_wait and lease must be greater than zero",
+            ));
+        }
+        if c.poll_first.is_zero() || c.poll_max < c.poll_first {
+            return Err(SetupError::Invalid("poll_interval needs 0 < first <= max"));
+        }
+        let local_ttl = self
+            .local_ttl
+            .unwrap_or(Duration::from_secs(300))
+            .min(c.ttl);
+        // A local run: the wait for the scope's lock, the action (bounded by the lease while
+        // idle), the record and the commit.
+        let in_flight =
+            c.max_wait + c.lease + self.common.query_timeout * 4 + Duration::from_secs(5);
+        let mut local = Engine::builder()
+            .ttl(local_ttl)
+            .max_entries(self.max_local_entries)
+            .in_flight_timeout(in_flight);
+        if let Some(n) = self.local_shards {
+            local = local.shards(n);
+        }
+        let local = local.build().map_err(|e| match e {
+            ConfigError::Invalid(rule) => SetupError::Invalid(rule),
+            ConfigError::NoRuntime => {
+                SetupError::Invalid("PgEngine must be built inside a tokio runtime")
+            }
+        })?;
+        let db = self.common.open().await?;
+        let sweeper = self.common.sweep.map(|cfg| sweeper::spawn(&db, cfg));
+        Ok(PgEngine {
+            inner: Arc::new(Inner {
+                local,
+                db,
+                codec: self.codec,
+                cfg: self.cfg,
+                sweeper,
+            }),
+        })
+    }
+}

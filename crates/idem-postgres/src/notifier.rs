@@ -1,0 +1,148 @@
+//! Completion notices through LISTEN/NOTIFY, so a waiting instance wakes when the holder
+//! completes or releases (D2, D4).
+//!
+//! Each [`PgTier`](crate::PgTier) keeps one listening connection (taken from the pool for good)
+//! on one channel per schema, `<schema>.done`. The schema's `complete` and `release` functions
+//! send `NOTIFY` only when a waiter marked the row (`awaited`), so the traffic is one notice per
+//! cross-instance wait, not per call: a `NOTIFY` serializes the commits that send one, and most
+//! commits need none. The payload is the scope's digest in hex; a notice wakes this instance's
+//! waiters of that scope, others are dropped.
+//!
+//! Notices are a fast path, not a guarantee: while the listening connection is down
+//! (PostgreSQL restarting) they are lost, so every wait is also bounded by the polling interval
+//! ([`TieredBuilder::poll_interval`](idem_dedup::tiered::TieredBuilder::poll_interval)), and the
+//! listener wakes every waiter when it reconnects.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use sqlx::postgres::PgListener;
+use sqlx::PgPool;
+use tokio::sync::Notify;
+
+use crate::digest::ScopeDigest;
+
+#[derive(Debug)]
+struct Watcher {
+    count: usize,
+    notify: Arc<Notify>,
+}
+
+/// Local waiters by scope digest.
+#[derive(Debug, Default)]
+pub(crate) struct Notifier {
+    watchers: Mutex<HashMap<ScopeDigest, Watcher>>,
+    listening: AtomicBool,
+}
+
+/// A waiter's registration; dropping it unregisters.
+#[derive(Debug)]
+pub(crate) struct Watch {
+    notifier: Arc<Notifier>,
+    digest: ScopeDigest,
+    pub(crate) notify: Arc<Notify>,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let mut w = self.notifier.watchers.lock();
+        if let Some(entry) = w.get_mut(&self.digest) {
+            entry.count -= 1;
+            if entry.count == 0 {
+                w.remove(&self.digest);
+            }
+        }
+    }
+}
+
+impl Notifier {
+    /// Registers interest in a scope's completion.
+    pub(crate) fn watch(self: &Arc<Self>, digest: ScopeDigest) -> Watch {
+        let notify = {
+            let mut w = self.watchers.lock();
+            let entry = w.entry(digest).or_insert_with(|| Watcher {
+                count: 0,
+                notify: Arc::new(Notify::new()),
+            });
+            entry.count += 1;
+            entry.notify.clone()
+        };
+        Watch {
+            notifier: self.clone(),
+            digest,
+            notify,
+        }
+    }
+
+    /// Whether the listening connection is up.
+    pub(crate) fn is_listening(&self) -> bool {
+        self.listening.load(Ordering::Relaxed)
+    }
+
+    fn dispatch(&self, payload: &str) {
+        let Some(digest) = ScopeDigest::from_hex(payload) else {
+            return;
+        };
+        let notify = self.watchers.lock().get(&digest).map(|w| w.notify.clone());
+        if let Some(n) = notify {
+            n.notify_waiters();
+        }
+    }
+
+    fn wake_all(&self) {
+        let all: Vec<_> = self
+            .watchers
+            .lock()
+            .values()
+            .map(|w| w.notify.clone())
+            .collect();
+        for n in all {
+            n.notify_waiters();
+        }
+    }
+}
+
+/// The listener task: listens on `channel` through a connection of `pool`, dispatches notices,
+/// and reconnects (with a capped backoff on tokio's timer) when the connection is lost. Ends
+/// when the notifier is dropped (the tier also aborts it on drop).
+pub(crate) async fn run(notifier: Weak<Notifier>, pool: PgPool, channel: String) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let listener = async {
+            let mut l = PgListener::connect_with(&pool).await?;
+            l.listen(&channel).await?;
+            Ok::<_, sqlx::Error>(l)
+        }
+        .await;
+        if let Ok(mut listener) = listener {
+            let Some(n) = notifier.upgrade() else { return };
+            n.listening.store(true, Ordering::Relaxed);
+            // Notices may have been missed while we were away: let every waiter re-read.
+            n.wake_all();
+            drop(n);
+            backoff = Duration::from_millis(50);
+            loop {
+                let got = listener.try_recv().await;
+                let Some(n) = notifier.upgrade() else { return };
+                match got {
+                    Ok(Some(notice)) => n.dispatch(notice.payload()),
+                    // The connection was lost and taken up again: notices may be lost.
+                    Ok(None) => n.wake_all(),
+                    Err(_) => {
+                        n.listening.store(false, Ordering::Relaxed);
+                        n.wake_all();
+                        break;
+                    }
+                }
+            }
+        }
+        if notifier.strong_count() == 0 {
+            return;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}

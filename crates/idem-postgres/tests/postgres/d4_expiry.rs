@@ -1,0 +1,138 @@
+//! D4 / Z3: rows past their TTL are deleted by the sweeper (tokio's timer, bounded batches), and
+//! the table does not grow under a flood of unique keys once results expire.
+
+use std::time::Duration;
+
+use idem_core::Status;
+use idem_postgres::{ClaimOutcome, OwnerId, PgEngine, PgTier, RemoteTier, TieredEngine};
+
+use crate::support::{eventually, pool, TestDb};
+use crate::{fp, place_order, scope};
+
+const ROUNDS: usize = 3;
+const PER_ROUND: usize = 300;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d4_sweeper_deletes_expired_rows_and_the_table_stays_bounded_under_a_unique_key_flood() {
+    let db = TestDb::new("d4sweep").await;
+    let ttl = Duration::from_millis(300);
+    let engine = PgEngine::<String>::builder(pool(&db.url, 6).await)
+        .schema(&db.schema)
+        .apply_schema(false)
+        .query_timeout(Duration::from_secs(5))
+        .ttl(ttl)
+        .sweep_every(Duration::from_millis(100))
+        .sweep_batch(50) // several batches per tick
+        .build()
+        .await
+        .unwrap();
+    let insert = db.insert_order();
+    let mut peak = 0;
+    for round in 0..ROUNDS {
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..PER_ROUND {
+            let (engine, insert) = (engine.clone(), insert.clone());
+            let n = round * PER_ROUND + i;
+            tasks.spawn(async move {
+                engine
+                    .execute(
+                        &scope("d4-sweep", n),
+                        fp(n),
+                        place_order(insert, n, "flood".into()),
+                    )
+                    .await
+            });
+            if i % 16 == 15 {
+                while tasks.len() > 16 {
+                    let r = tasks.join_next().await.unwrap().unwrap();
+                    r.unwrap_or_else(|e| panic!("a flood call failed: {e}"));
+                }
+            }
+        }
+        while let Some(r) = tasks.join_next().await {
+            r.unwrap()
+                .unwrap_or_else(|e| panic!("a flood call failed: {e}"));
+        }
+        peak = peak.max(db.records().await);
+        // Once the round's results expire, the sweeper empties the table: no growth.
+        eventually(
+            Duration::from_secs(20),
+            "the sweeper deleted the expired rows",
+            || async { db.records().await == 0 },
+        )
+        .await;
+    }
+    assert!(
+        peak > 0 && peak <= PER_ROUND as i64,
+        "rows at a round's end: {peak}"
+    );
+    assert_eq!(
+        db.orders().await.len(),
+        ROUNDS * PER_ROUND,
+        "one order per intent"
+    );
+    // An expired scope runs again (its record is gone), here with a new order.
+    let again = engine
+        .execute(
+            &scope("d4-sweep", 0),
+            fp(0),
+            place_order(insert, 0, "again".into()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.kind(), idem_dedup::OutcomeKind::Executed);
+    db.drop_schema().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d4_sweep_now_deletes_expired_remote_tier_records_and_lapsed_claims() {
+    let db = TestDb::new("d4sweeptier").await;
+    let tier = PgTier::builder(pool(&db.url, 3).await)
+        .schema(&db.schema)
+        .apply_schema(false)
+        .no_sweeper()
+        .build()
+        .await
+        .unwrap();
+    let engine = |ttl: Duration| {
+        TieredEngine::<String>::builder(tier.clone())
+            .ttl(ttl)
+            .build()
+            .unwrap()
+    };
+    let (short, long) = (
+        engine(Duration::from_millis(50)),
+        engine(Duration::from_secs(3600)),
+    );
+    for i in 0..120 {
+        let e = if i % 2 == 0 { &short } else { &long };
+        e.execute(&scope("d4-sweep-tier", i), fp(i), |_| async {
+            Ok::<_, Status>("v".to_string())
+        })
+        .await
+        .unwrap();
+    }
+    // Ten claims that nobody completes, with a short lease.
+    for i in 1_000..1_010 {
+        let c = tier
+            .claim(
+                &scope("d4-sweep-tier", i),
+                fp(i),
+                Duration::from_millis(50),
+                OwnerId::random(),
+            )
+            .await
+            .unwrap();
+        assert!(matches!(c, ClaimOutcome::Claimed { .. }));
+    }
+    assert_eq!(db.records().await, 130);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        tier.sweep_now().await.unwrap(),
+        70,
+        "the expired results and the lapsed claims, not the live results"
+    );
+    assert_eq!(db.records().await, 60);
+    assert_eq!(tier.sweep_now().await.unwrap(), 0);
+    db.drop_schema().await;
+}

@@ -11,26 +11,27 @@
 //! ```sh
 //! cargo run --release --example demo                      # one server, the embedded engine
 //! cargo run --release --example demo -- --instances 2     # two servers sharing one Redis (Z4)
-//! cargo run --release --example demo -- --instances 3 --redis redis://127.0.0.1:6379/
+//! cargo run --release --example demo -- --instances 3 --redis redis://127.0.0.1:6379/ --allow-volatile
 //! ```
 //!
 //! With `--instances N` (N ≥ 2) the proxy spreads the clients' connections over N server
 //! instances, each with its own tiered engine; all share one Redis and one orders table, so a
 //! retry that lands on another instance must replay, not create a second order. Without
 //! `--redis`, the demo starts its own `redis-server` (append-only file, fsync on every write) on a
-//! free loopback port and stops it at the end.
+//! free loopback port and stops it at the end. A Redis that keeps nothing on disk is refused
+//! (its restart would lose records, so an intent could run twice) unless `--allow-volatile`.
 
 use idem_shop::chaos::{self, ChaosConfig, Instances};
 use idem_shop::redis_server::{OwnRedis, Persistence};
 
 fn usage() -> ! {
-    eprintln!("usage: demo [--instances N] [--redis URL]");
+    eprintln!("usage: demo [--instances N] [--redis URL [--allow-volatile]]");
     std::process::exit(2)
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let (mut instances, mut redis) = (1usize, None::<String>);
+    let (mut instances, mut redis, mut allow_volatile) = (1usize, None::<String>, false);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -41,6 +42,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 }
             }
             "--redis" => redis = Some(args.next().unwrap_or_else(|| usage())),
+            "--allow-volatile" => allow_volatile = true,
             _ => usage(),
         }
     }
@@ -61,6 +63,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         cfg.instances = Instances::Redis {
             url,
             count: instances,
+            allow_volatile,
         };
     }
     eprintln!(

@@ -8,8 +8,8 @@
 //! ```sh
 //! cargo run --release --example grpc_server [-- --serve] [--addr 127.0.0.1:50051]
 //! # two instances sharing one Redis: a retry on either replays the other's result
-//! cargo run --release --example grpc_server -- --serve --addr 127.0.0.1:50051 --redis redis://127.0.0.1:6379/
-//! cargo run --release --example grpc_server -- --serve --addr 127.0.0.1:50052 --redis redis://127.0.0.1:6379/
+//! cargo run --release --example grpc_server -- --serve --addr 127.0.0.1:50051 --redis redis://127.0.0.1:6379/ --allow-volatile
+//! cargo run --release --example grpc_server -- --serve --addr 127.0.0.1:50052 --redis redis://127.0.0.1:6379/ --allow-volatile
 //! ```
 
 use idem::dedup::{Deduplicator, Engine};
@@ -39,7 +39,10 @@ async fn main() -> Result<(), BoxError> {
     match &args.redis {
         None => run(&args, metrics_addr, Engine::builder().build()?).await,
         Some(url) => {
-            let tier = RedisTier::builder().connect(url).await?;
+            let tier = RedisTier::builder()
+                .allow_volatile(args.allow_volatile)
+                .connect(url)
+                .await?;
             println!("deduplicating through Redis at {url} (shared with every instance)");
             run(
                 &args,

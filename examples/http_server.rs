@@ -8,7 +8,7 @@
 //! ```sh
 //! cargo run --release --example http_server [-- --serve] [--addr 127.0.0.1:8080]
 //! # instances sharing one Redis: a retry on either replays the other's result
-//! cargo run --release --example http_server -- --serve --addr 127.0.0.1:8080 --redis redis://127.0.0.1:6379/
+//! cargo run --release --example http_server -- --serve --addr 127.0.0.1:8080 --redis redis://127.0.0.1:6379/ --allow-volatile
 //! ```
 
 use std::time::Duration;
@@ -35,7 +35,10 @@ async fn main() -> Result<(), BoxError> {
             run(&args, engine).await
         }
         Some(url) => {
-            let tier = RedisTier::builder().connect(url).await?;
+            let tier = RedisTier::builder()
+                .allow_volatile(args.allow_volatile)
+                .connect(url)
+                .await?;
             println!("deduplicating through Redis at {url} (shared with every instance)");
             run(
                 &args,

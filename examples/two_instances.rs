@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo run --release --example two_instances --features redis
-//! REDIS_URL=redis://127.0.0.1:6379/ cargo run --release --example two_instances --features redis
+//! REDIS_URL=redis://127.0.0.1:6379/ ALLOW_VOLATILE=1 cargo run --release --example two_instances --features redis
 //! ```
 //!
 //! Without `REDIS_URL` the example starts its own `redis-server` (append-only file, fsync on every
@@ -29,8 +29,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
 
     // Two instances: each its own engine and its own Redis connections.
-    let a = TieredEngine::<String>::builder(RedisTier::builder().connect(&url).await?).build()?;
-    let b = TieredEngine::<String>::builder(RedisTier::builder().connect(&url).await?).build()?;
+    // A Redis without an append-only file is refused (a restart would lose records) unless
+    // ALLOW_VOLATILE=1 says this is a throwaway one.
+    let allow = std::env::var("ALLOW_VOLATILE").is_ok_and(|v| v == "1");
+    let connect = || async {
+        // The error's Display explains the rule and the way out; show that, not its Debug.
+        let tier = RedisTier::builder()
+            .allow_volatile(allow)
+            .connect(&url)
+            .await;
+        tier.map_err(|e| e.to_string())
+    };
+    let a = TieredEngine::<String>::builder(connect().await?).build()?;
+    let b = TieredEngine::<String>::builder(connect().await?).build()?;
 
     let key = IdempotencyKey::generate(); // once per business intent
     let scope = Scope::new("tenant-0042", "/shop.v1.Shop/CreateOrder", &key)?;

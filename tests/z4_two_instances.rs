@@ -20,6 +20,7 @@ async fn z4_two_instances_on_one_redis_every_success_created_exactly_once() {
     cfg.instances = Instances::Redis {
         url: redis.url(),
         count: 2,
+        allow_volatile: false,
     };
     let report = chaos::run(cfg).await.unwrap();
     println!("{}", report.table());

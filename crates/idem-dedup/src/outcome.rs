@@ -82,6 +82,28 @@ impl<V> Outcome<V> {
         }
     }
 
+    /// An outcome made by a deduplicator outside this crate (a tier with a mode of its own, such
+    /// as `idem-postgres`' transactional engine): the value, how and where it was obtained, the
+    /// fencing token of the run that produced it, and whether the shared record holds it.
+    ///
+    /// ```
+    /// use idem_dedup::remote::FencingToken;
+    /// use idem_dedup::{Outcome, OutcomeKind, Source};
+    /// let at = tokio::time::Instant::now();
+    /// let o = Outcome::from_parts(7, OutcomeKind::Executed, at, Source::ThisInstance, Some(FencingToken::new(3)), true);
+    /// assert_eq!((o.kind(), o.source(), o.fencing_token()), (OutcomeKind::Executed, Source::ThisInstance, Some(FencingToken::new(3))));
+    /// ```
+    pub fn from_parts(
+        value: V,
+        kind: OutcomeKind,
+        expires_at: Instant,
+        source: Source,
+        token: Option<FencingToken>,
+        recorded: bool,
+    ) -> Self {
+        Outcome::tiered(value, kind, expires_at, source, token, recorded)
+    }
+
     /// An outcome of a tiered engine.
     pub(crate) fn tiered(
         value: V,

@@ -1,4 +1,5 @@
-//! The example servers' command line: `[--serve] [--addr HOST:PORT] [--redis URL]`.
+//! The example servers' command line:
+//! `[--serve] [--addr HOST:PORT] [--redis URL [--allow-volatile]] [--postgres URL]`.
 
 use std::net::SocketAddr;
 
@@ -12,6 +13,11 @@ pub struct ServerArgs {
     /// Deduplicate through a tiered engine on this Redis (`--redis`), so several instances
     /// share one record; the embedded engine otherwise.
     pub redis: Option<String>,
+    /// Accept a Redis that keeps nothing on disk (`--allow-volatile`): idem refuses one by
+    /// default, since its restart loses acknowledged records (a warning is logged instead).
+    pub allow_volatile: bool,
+    /// Deduplicate in PostgreSQL (`--postgres`), the record committed with the side effect.
+    pub postgres: Option<String>,
 }
 
 impl ServerArgs {
@@ -20,7 +26,9 @@ impl ServerArgs {
         match Self::parse(std::env::args().skip(1)) {
             Ok(a) => a,
             Err(e) => {
-                eprintln!("{e}\nusage: {program} [--serve] [--addr HOST:PORT] [--redis URL]");
+                eprintln!(
+                    "{e}\nusage: {program} [--serve] [--addr HOST:PORT] [--redis URL [--allow-volatile]] [--postgres URL]"
+                );
                 std::process::exit(2)
             }
         }
@@ -45,6 +53,8 @@ impl ServerArgs {
                     );
                 }
                 "--redis" => out.redis = Some(args.next().ok_or("--redis needs a URL")?),
+                "--allow-volatile" => out.allow_volatile = true,
+                "--postgres" => out.postgres = Some(args.next().ok_or("--postgres needs a URL")?),
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }

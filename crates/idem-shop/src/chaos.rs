@@ -36,6 +36,8 @@ pub enum Instances {
         url: String,
         /// Server instances.
         count: usize,
+        /// Accept a Redis without an append-only file (a warning instead of the refusal).
+        allow_volatile: bool,
     },
 }
 
@@ -345,7 +347,11 @@ pub async fn run(
             let engine = Engine::builder().build()?;
             drive(cfg, shop, vec![engine], metrics_addr, |_| None).await
         }
-        Instances::Redis { url, count } => {
+        Instances::Redis {
+            url,
+            count,
+            allow_volatile,
+        } => {
             // A prefix of this run's own, so runs on one Redis never see each other's records.
             let prefix = format!("idem:chaos:{}:", idem_dedup::remote::OwnerId::random());
             let mut engines = Vec::with_capacity(count);
@@ -353,6 +359,7 @@ pub async fn run(
                 let tier = RedisTier::builder()
                     .prefix(prefix.clone())
                     .command_timeout(Duration::from_secs(2))
+                    .allow_volatile(allow_volatile)
                     .connect(&url)
                     .await?;
                 engines.push(TieredEngine::<StoredResponse>::builder(tier).build()?);

@@ -16,6 +16,9 @@
 //! | `redis` | `idem-redis` | `redis` | cross-instance deduplication on Redis and Redis Cluster |
 //! | `postgres` | `idem-postgres` | `postgres` | the PostgreSQL tier and its transactional mode |
 //!
+//! Two more features switch on parts of those crates: `serde` (`JsonCodec`, serde values across a
+//! shared tier as JSON) and `redis-tls` (`rediss://` URLs).
+//!
 //! The package is `idem-kit` on crates.io (the name `idem` belongs to an unrelated crate); the
 //! library keeps the short name:
 //!

@@ -175,6 +175,8 @@ pub use idem_dedup::tiered::{OnUnavailable, TierStats, TieredBuilder};
 pub use idem_dedup::JsonCodec;
 pub use idem_dedup::{BytesCodec, Codec, Outcome, Source};
 pub use schema::{migrate, schema_sql, SetupError, DEFAULT_SCHEMA, SCHEMA_SQL, SCHEMA_VERSION};
+/// The PostgreSQL client this crate is built on, so your pool and queries use the same version.
+pub use sqlx;
 pub use tier::{PgTier, PgTierBuilder};
 pub use transaction::{sqlx_status, PgTransaction, TransactionClosed, TxGuard};
 

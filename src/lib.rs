@@ -12,7 +12,7 @@
 //! | (root) | `idem-core` | always | keys, scopes, fingerprints, status codes, deadlines |
 //! | [`dedup`] | `idem-dedup` | `dedup` (default) | the sharded in-process deduplication engine |
 //! | [`retry`] | `idem-retry` | `retry` (default) | backoff, classification, retry budget, retrier |
-//! | `tower` | `idem-tower` | `tower` | tower layers for tonic/axum servers and clients |
+//! | `tower` | `idem-tower` | `tower`, and `grpc` for tonic | tower layers for axum/tonic servers and clients |
 //! | `redis` | `idem-redis` | `redis` | cross-instance deduplication on Redis and Redis Cluster |
 //! | `postgres` | `idem-postgres` | `postgres` | the PostgreSQL tier and its transactional mode |
 //!

@@ -144,6 +144,8 @@ impl ResendableBody for Full<Bytes> {
     }
 }
 
+#[cfg(feature = "grpc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
 impl ResendableBody for tonic::body::Body {
     fn from_bytes(bytes: Bytes) -> Self {
         tonic::body::Body::new(Full::new(bytes))

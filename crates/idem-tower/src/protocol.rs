@@ -125,16 +125,47 @@ pub(crate) fn response_status(
     status
 }
 
-/// The percent-decoded `grpc-message` of a map that has a `grpc-status`. Hands tonic only those
-/// two headers: its `Status::from_header_map` panics on a `grpc-status-details-bin` that is not
-/// base64, and a server's bad header must not crash the client.
+/// The percent-decoded `grpc-message` of a map that has a `grpc-status` (gRPC's HTTP/2 protocol:
+/// bytes outside printable ASCII, and `%`, travel as `%XX`; an undecodable sequence is kept as
+/// sent, as gRPC's own implementations do).
 fn grpc_message(map: &HeaderMap) -> Option<String> {
-    let mut two = HeaderMap::with_capacity(2);
-    two.insert(headers::GRPC_STATUS, map.get(headers::GRPC_STATUS)?.clone());
-    if let Some(m) = map.get("grpc-message") {
-        two.insert("grpc-message", m.clone());
+    map.get(headers::GRPC_STATUS)?;
+    let raw = map.get("grpc-message").map_or(&b""[..], |v| v.as_bytes());
+    Some(percent_decode(raw))
+}
+
+/// gRPC's percent-decoding of `grpc-message`.
+pub(crate) fn percent_decode(raw: &[u8]) -> String {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if raw[i] == b'%' && i + 2 < raw.len() {
+            if let (Some(h), Some(l)) = (hex(raw[i + 1]), hex(raw[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(raw[i]);
+        i += 1;
     }
-    tonic::Status::from_header_map(&two).map(|s| s.message().to_owned())
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// gRPC's percent-encoding of `grpc-message`: printable ASCII but `%` as is, every other byte of
+/// the UTF-8 text as `%XX` (used when tonic, which does it otherwise, is not compiled in).
+#[cfg_attr(feature = "grpc", allow(dead_code))]
+pub(crate) fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if (0x20..=0x7e).contains(&b) && b != b'%' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// gRPC's mapping of HTTP statuses seen instead of a gRPC response.
@@ -208,4 +239,26 @@ pub fn format_grpc_timeout(d: Duration) -> String {
         }
     }
     format!("{MAX}H")
+}
+
+#[cfg(test)]
+mod percent_tests {
+    use super::*;
+
+    #[test]
+    fn grpc_message_percent_coding_round_trips() {
+        for text in [
+            "plain",
+            "100% sure",
+            "caf\u{e9} \u{2014} ok",
+            "line\nbreak",
+            "%zz",
+        ] {
+            assert_eq!(percent_decode(percent_encode(text).as_bytes()), text);
+        }
+        assert_eq!(percent_encode("a%b\n"), "a%25b%0A");
+        // A bad sequence is kept as sent.
+        assert_eq!(percent_decode(b"50%"), "50%");
+        assert_eq!(percent_decode(b"%G1x"), "%G1x");
+    }
 }

@@ -8,7 +8,7 @@ use crate::{headers, Protocol};
 
 /// An error response the way the server layer answers its own refusals, for middleware of your
 /// own that must answer like it (T2, T6): on gRPC a trailers-only response whose
-/// `grpc-status-details-bin` carries a `google.rpc.Status` with `ErrorInfo` (the status' reason,
+/// `grpc-status-details-bin` (with feature `grpc`, the default) carries a `google.rpc.Status` with `ErrorInfo` (the status' reason,
 /// domain [`ERROR_DOMAIN`]) and `RetryInfo` (its retry-after); on HTTP an RFC 9457
 /// `application/problem+json` document with `Retry-After`.
 ///
@@ -21,6 +21,7 @@ use crate::{headers, Protocol};
 /// assert_eq!(http.headers()["content-type"], "application/problem+json");
 /// let grpc = error_response(Protocol::Grpc, &status);
 /// assert_eq!(grpc.headers()["grpc-status"], "8");
+/// # #[cfg(feature = "grpc")]
 /// assert!(grpc.headers().contains_key("grpc-status-details-bin"));
 /// ```
 pub fn error_response(protocol: Protocol, status: &Status) -> Response<ReplayBody> {
@@ -46,6 +47,37 @@ pub(crate) fn render(
 /// The `ErrorInfo.domain` of every error the layer answers itself (T6).
 pub const ERROR_DOMAIN: &str = "idem";
 
+/// Without tonic (feature `grpc` off): the same trailers-only response, minus the details.
+#[cfg(not(feature = "grpc"))]
+fn grpc(status: &Status) -> Response<ReplayBody> {
+    let mut r = Response::new(ReplayBody::empty());
+    let h = r.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    h.insert(
+        headers::GRPC_STATUS,
+        HeaderValue::from(status.code().as_i32()),
+    );
+    if let Ok(v) = HeaderValue::from_str(&crate::protocol::percent_encode(status.message())) {
+        h.insert("grpc-message", v);
+    }
+    if let Some(reason) = status.reason() {
+        if let Ok(v) = HeaderValue::from_str(reason.as_str()) {
+            h.insert(headers::REASON, v);
+        }
+    }
+    if let Some(after) = status.retry_after() {
+        h.insert(
+            headers::GRPC_PUSHBACK_MS,
+            HeaderValue::from(after.as_millis() as u64),
+        );
+    }
+    r
+}
+
+#[cfg(feature = "grpc")]
 fn grpc(status: &Status) -> Response<ReplayBody> {
     use tonic_types::{ErrorDetails, StatusExt};
     let mut md = tonic::metadata::MetadataMap::new();

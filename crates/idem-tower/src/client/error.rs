@@ -7,9 +7,12 @@ use idem_core::{Code, IdempotencyKey, Status};
 use idem_retry::{GiveUp, RetryError};
 
 use crate::body::ReplayBody;
+#[cfg(feature = "grpc")]
 use crate::client::pushback::{status_details, GRPC_STATUS_DETAILS};
 use crate::client::{AttemptError, AttemptTimedOut, CallReport, Failed};
-use crate::{headers, BoxError, Protocol};
+#[cfg(feature = "grpc")]
+use crate::headers;
+use crate::{BoxError, Protocol};
 
 /// The error [`RetryService`](crate::RetryService) returns when it gave up on a call: why no
 /// further attempt was made ([`reason`](Self::reason)), how many were made
@@ -181,10 +184,33 @@ impl std::error::Error for CallFailed {
     }
 }
 
+/// The status a gRPC client reads: `tonic::Status` with feature `grpc`, else idem's own.
+#[cfg(feature = "grpc")]
+pub(crate) type GrpcStatus = tonic::Status;
+/// The status a gRPC client reads: `tonic::Status` with feature `grpc`, else idem's own.
+#[cfg(not(feature = "grpc"))]
+pub(crate) type GrpcStatus = Status;
+
+/// Without tonic: the status itself.
+#[cfg(not(feature = "grpc"))]
+pub(crate) fn tonic_status(
+    _headers: &HeaderMap,
+    _trailers: Option<&HeaderMap>,
+    status: &Status,
+) -> GrpcStatus {
+    status.clone()
+}
+
+#[cfg(not(feature = "grpc"))]
+fn tonic_code_status(code: Code, message: &str) -> GrpcStatus {
+    Status::new(code, message.to_owned())
+}
+
 /// The `tonic::Status` a tonic client would have read from this failed gRPC response: code,
 /// message, details and metadata from the trailers (or the headers of a trailers-only response),
 /// else `status`'s code and message. Details that are not base64 are dropped rather than handed to
 /// tonic, which would panic on them.
+#[cfg(feature = "grpc")]
 pub(crate) fn tonic_status(
     headers: &HeaderMap,
     trailers: Option<&HeaderMap>,
@@ -205,6 +231,7 @@ pub(crate) fn tonic_status(
 }
 
 /// A `tonic::Status` of `code` and `message`.
+#[cfg(feature = "grpc")]
 fn tonic_code_status(code: Code, message: &str) -> tonic::Status {
     tonic::Status::new(tonic::Code::from_i32(code.as_i32()), message.to_owned())
 }

@@ -156,7 +156,10 @@ struct AttemptError {
 
 enum Failed {
     /// The server answered; for gRPC, with the `tonic::Status` its trailers hold.
-    Response(Box<Response<ReplayBody>>, Option<tonic::Status>),
+    Response(
+        Box<Response<ReplayBody>>,
+        Option<crate::client::error::GrpcStatus>,
+    ),
     Transport(BoxError),
     Timeout(Duration),
 }

@@ -14,14 +14,15 @@
 
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderName, HeaderValue};
+#[cfg(feature = "grpc")]
+use http::HeaderName;
+use http::{HeaderMap, HeaderValue};
 use idem_core::Status;
-use tonic::metadata::MetadataMap;
-use tonic_types::StatusExt;
 
 use crate::headers;
 
 /// The binary `google.rpc.Status` of a gRPC error: `grpc-status-details-bin`.
+#[cfg(feature = "grpc")]
 pub(crate) const GRPC_STATUS_DETAILS: HeaderName =
     HeaderName::from_static("grpc-status-details-bin");
 
@@ -78,12 +79,20 @@ fn parse_pushback_ms(v: &HeaderValue) -> Option<u64> {
     s.parse().ok()
 }
 
+/// Without tonic-types (feature `grpc` off) `RetryInfo` is not read.
+#[cfg(not(feature = "grpc"))]
+fn retry_info(_headers: &HeaderMap, _trailers: Option<&HeaderMap>) -> Option<Duration> {
+    None
+}
+
 /// `RetryInfo.retry_delay` from `grpc-status-details-bin`, if it is there and decodes.
+#[cfg(feature = "grpc")]
 fn retry_info(headers: &HeaderMap, trailers: Option<&HeaderMap>) -> Option<Duration> {
     let raw = trailers
         .and_then(|t| t.get(GRPC_STATUS_DETAILS))
         .or_else(|| headers.get(GRPC_STATUS_DETAILS))?;
     let details = status_details(raw)?;
+    use tonic_types::StatusExt;
     tonic::Status::with_details(tonic::Code::Unknown, "", details)
         .get_details_retry_info()?
         .retry_delay
@@ -91,10 +100,11 @@ fn retry_info(headers: &HeaderMap, trailers: Option<&HeaderMap>) -> Option<Durat
 
 /// The bytes of a `grpc-status-details-bin` value (base64, padded or not), or `None` if it is not
 /// base64. Unlike `tonic::Status::from_header_map`, never panics on a bad value.
+#[cfg(feature = "grpc")]
 pub(crate) fn status_details(raw: &HeaderValue) -> Option<bytes::Bytes> {
     let mut one = HeaderMap::with_capacity(1);
     one.insert(GRPC_STATUS_DETAILS, raw.clone());
-    MetadataMap::from_headers(one)
+    tonic::metadata::MetadataMap::from_headers(one)
         .get_bin(GRPC_STATUS_DETAILS.as_str())?
         .to_bytes()
         .ok()

@@ -1,4 +1,4 @@
-//! Measures heap bytes per completed entry of the engine (SPEC E7), with real scopes: tenant
+//! Measures heap bytes per completed entry of the engine (E7), with real scopes: tenant
 //! `tenant-0042`, method `/shop.v1.Shop/CreateOrder`, a 36-character UUID key, and `u64` values.
 //!
 //! Run: `cargo run --release --example entry_bytes [ENTRIES]` (default 1,000,000).

@@ -1,4 +1,4 @@
-//! The shop over HTTP (axum) behind the idem layer: `Idempotency-Key` per SPEC T2 (an RFC 8941
+//! The shop over HTTP (axum) behind the idem layer: `Idempotency-Key` per T2 (an RFC 8941
 //! sf-string or a bare token), errors as `application/problem+json` with 400 / 409 / 422 / 429.
 //!
 //! The example serves on a free loopback port (or `--addr`), makes a few calls with hyper's client
@@ -9,11 +9,14 @@
 //! cargo run --release --example http_server [-- --serve] [--addr 127.0.0.1:8080]
 //! # instances sharing one Redis: a retry on either replays the other's result
 //! cargo run --release --example http_server -- --serve --addr 127.0.0.1:8080 --redis redis://127.0.0.1:6379/ --allow-volatile
+//! # or sharing one PostgreSQL (the records in table `idem.records`)
+//! cargo run --release --example http_server -- --serve --addr 127.0.0.1:8080 --postgres postgres://127.0.0.1/test
 //! ```
 
 use std::time::Duration;
 
 use idem::dedup::{Deduplicator, Engine, InFlightPolicy};
+use idem_postgres::PgTier;
 use idem_redis::{RedisTier, TieredEngine};
 use idem_shop::args::ServerArgs;
 use idem_shop::http::{post_form, serve_on};
@@ -27,6 +30,19 @@ async fn main() -> Result<(), BoxError> {
     let args = ServerArgs::from_env("http_server");
     let metrics_addr = metrics::serve(metrics::recorder()).await?;
     println!("/metrics on http://{metrics_addr}/metrics");
+    if args.redis.is_some() && args.postgres.is_some() {
+        return Err("--redis and --postgres each keep the record: pass one of them".into());
+    }
+    if let Some(url) = &args.postgres {
+        let pool = idem_postgres::sqlx::PgPool::connect(url).await?;
+        let tier = PgTier::builder(pool).build().await?; // applies the schema if missing
+        println!("deduplicating through PostgreSQL at {url} (shared with every instance)");
+        return run(
+            &args,
+            idem_postgres::TieredEngine::<StoredResponse>::builder(tier).build()?,
+        )
+        .await;
+    }
     match &args.redis {
         None => {
             let engine = Engine::builder()

@@ -7,7 +7,7 @@
 //!
 //! This crate holds the words every other idem crate speaks, with no runtime and no I/O:
 //!
-//! | type | what it is | SPEC |
+//! | type | what it is | requirement |
 //! |---|---|---|
 //! | [`IdempotencyKey`] | a validated client key, random ([`IdempotencyKey::generate`]) or derived ([`IdempotencyKey::derive`]) | K1, K2 |
 //! | [`Scope`] | tenant + method + key, injectively encoded | K3 |

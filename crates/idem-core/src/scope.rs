@@ -1,4 +1,4 @@
-//! Scopes: the (tenant, method, key) triple results are filed under (SPEC K3).
+//! Scopes: the (tenant, method, key) triple results are filed under (K3).
 
 use std::fmt;
 use std::sync::Arc;
@@ -13,7 +13,7 @@ pub const MAX_METHOD_LEN: usize = 256;
 /// Encodings up to this many bytes are assembled on the stack (see `Scope::encode`).
 const STACK_ENCODING: usize = 128;
 
-/// Where one intent's result lives: tenant + method + [`IdempotencyKey`] (SPEC K3).
+/// Where one intent's result lives: tenant + method + [`IdempotencyKey`] (K3).
 ///
 /// # Why scoped
 ///
@@ -52,7 +52,7 @@ pub struct Scope {
     encoded: Arc<[u8]>,
 }
 
-/// Why a scope could not be built; the message names the broken rule of SPEC K3 (or K1).
+/// Why a scope could not be built; the message names the broken rule of K3 (or K1).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ScopeError {
     /// The tenant is empty.
@@ -69,7 +69,7 @@ pub enum ScopeError {
         /// The length that was given.
         len: usize,
     },
-    /// The key broke SPEC K1.
+    /// The key broke K1.
     Key(KeyError),
     /// Encoded bytes given to [`Scope::from_encoded`] are not a scope encoding.
     Malformed(&'static str),
@@ -165,7 +165,7 @@ impl Scope {
         Scope { encoded }
     }
 
-    /// Builds a scope from three strings, validating the key too (SPEC K1, K3).
+    /// Builds a scope from three strings, validating the key too (K1, K3).
     ///
     /// # Errors
     ///

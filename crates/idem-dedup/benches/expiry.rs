@@ -1,4 +1,4 @@
-//! What a shard spends to expire a stored result (SPEC E2, E7), measured alone.
+//! What a shard spends to expire a stored result (E2, E7), measured alone.
 //!
 //! Under unique keys the shard actors expire as many results as they store, and that work lands
 //! inside the peers bench's samples, spread over every sample. Its cost per entry is a few cache

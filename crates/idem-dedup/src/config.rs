@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use idem_core::{Code, CodeSet};
 
+use crate::trace::ScopeLogging;
 use crate::Engine;
 
-/// What a duplicate gets while the first call for its scope is still running (SPEC E14).
+/// What a duplicate gets while the first call for its scope is still running (E14).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum InFlightPolicy {
     /// Wait for the run and share its result (joined). The default.
@@ -42,7 +43,7 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// The codes a client retries (SPEC R2), never cacheable (SPEC E13): the retry would get the
+/// The codes a client retries (R2), never cacheable (E13): the retry would get the
 /// stored failure back. [`EngineBuilder::cache_failures`] refuses them.
 const RETRYABLE: [Code; 4] = [
     Code::Unavailable,
@@ -67,16 +68,39 @@ pub(crate) struct Config {
     pub(crate) max_bytes: usize,
     /// Percent of each shard's part of the budget one tenant may hold; `None`: no limit.
     pub(crate) tenant_share: Option<u8>,
+    /// The `engine` label of the metrics and field of the spans (E15).
+    pub(crate) name: Arc<str>,
+    /// What spans and events show of a scope (E15).
+    pub(crate) scope_logging: ScopeLogging,
 }
 
-/// Weighs a stored value in bytes (SPEC E16); see [`EngineBuilder::weigher`].
+/// The engine name when none is set.
+pub(crate) const DEFAULT_NAME: &str = "default";
+
+/// Checks an engine name (see [`EngineBuilder::name`]).
+pub(crate) fn check_name(name: &str) -> Result<(), ConfigError> {
+    let ok = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid(
+            "name must be 1-64 characters of A-Z a-z 0-9 _ - . (it labels the engine's metrics \
+             and names it in traces)",
+        ))
+    }
+}
+
+/// Weighs a stored value in bytes (E16); see [`EngineBuilder::weigher`].
 pub(crate) type Weigher<V> = Arc<dyn Fn(&V) -> usize + Send + Sync>;
 
 /// Builds an [`Engine`]. Every setting has a default:
 ///
 /// # Default
 ///
-/// | setting | default | SPEC |
+/// | setting | default | requirement |
 /// |---|---|---|
 /// | [`shards`](Self::shards) | available parallelism (1 if unknown) | E8 |
 /// | [`ttl`](Self::ttl) | 24 h | E2 |
@@ -89,6 +113,8 @@ pub(crate) type Weigher<V> = Arc<dyn Fn(&V) -> usize + Send + Sync>;
 /// | [`max_bytes`](Self::max_bytes) with a [`weigher`](Self::weigher) | no byte budget | E16 |
 /// | [`tenant_share`](Self::tenant_share) | none: one tenant may fill the engine | E16 |
 /// | [`retry_after`](Self::retry_after) | 1 s | E7, E14 |
+/// | [`name`](Self::name) | `"default"` | E9, E15 |
+/// | [`scope_logging`](Self::scope_logging) | [`ScopeLogging::Digest`]: never the raw tenant or key | E15 |
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -149,19 +175,21 @@ impl<V> EngineBuilder<V> {
                 retry_after: Duration::from_secs(1),
                 max_bytes: usize::MAX,
                 tenant_share: None,
+                name: Arc::from(DEFAULT_NAME),
+                scope_logging: ScopeLogging::Digest,
             },
             weigher: None,
             _v: PhantomData,
         }
     }
 
-    /// Number of shards, each one actor task (SPEC E8). Default: available parallelism.
+    /// Number of shards, each one actor task (E8). Default: available parallelism.
     pub const fn shards(mut self, n: usize) -> Self {
         self.cfg.shards = n;
         self
     }
 
-    /// How long a completed result is kept, counted from completion (SPEC E2). Default: 24 h.
+    /// How long a completed result is kept, counted from completion (E2). Default: 24 h.
     /// Make it longer than the longest retry window of your clients.
     pub const fn ttl(mut self, ttl: Duration) -> Self {
         self.cfg.ttl = ttl;
@@ -169,38 +197,38 @@ impl<V> EngineBuilder<V> {
     }
 
     /// The in-flight lease: a run longer than this is cancelled and its waiters get `UNAVAILABLE`
-    /// (SPEC E6). Default: 30 s.
+    /// (E6). Default: 30 s.
     pub const fn in_flight_timeout(mut self, t: Duration) -> Self {
         self.cfg.in_flight_timeout = t;
         self
     }
 
-    /// Cap on in-flight + completed entries over all shards (SPEC E7). Default: 1,000,000.
+    /// Cap on in-flight + completed entries over all shards (E7). Default: 1,000,000.
     pub const fn max_entries(mut self, n: usize) -> Self {
         self.cfg.max_entries = n;
         self
     }
 
-    /// Messages a shard's mailbox holds before callers wait (asynchronously) for room (SPEC E8).
+    /// Messages a shard's mailbox holds before callers wait (asynchronously) for room (E8).
     /// Default: 1,024.
     pub const fn mailbox_capacity(mut self, n: usize) -> Self {
         self.cfg.mailbox_capacity = n;
         self
     }
 
-    /// Most messages a shard takes from its mailbox per drain (SPEC E8). Default: 128.
+    /// Most messages a shard takes from its mailbox per drain (E8). Default: 128.
     pub const fn batch_size(mut self, n: usize) -> Self {
         self.cfg.batch_size = n;
         self
     }
 
-    /// Wait for or reject duplicates of an in-flight scope (SPEC E14). Default: `Wait`.
+    /// Wait for or reject duplicates of an in-flight scope (E14). Default: `Wait`.
     pub const fn in_flight_policy(mut self, p: InFlightPolicy) -> Self {
         self.cfg.in_flight_policy = p;
         self
     }
 
-    /// Cache action failures whose code is in `codes` for `ttl` (SPEC E3, E13): permanent,
+    /// Cache action failures whose code is in `codes` for `ttl` (E3, E13): permanent,
     /// deterministic failures such as `FAILED_PRECONDITION` or `INVALID_ARGUMENT`. Panics and
     /// lease expiries are never cached. Default: no failure is cached.
     ///
@@ -239,7 +267,7 @@ impl<V> EngineBuilder<V> {
         self
     }
 
-    /// A byte budget for the stored values, over all shards (SPEC E16), besides
+    /// A byte budget for the stored values, over all shards (E16), besides
     /// [`max_entries`](Self::max_entries); the values are weighed by the
     /// [`weigher`](Self::weigher), which must be set with it. Default: no byte budget.
     ///
@@ -255,7 +283,7 @@ impl<V> EngineBuilder<V> {
     /// if it takes the total past `n`: refusing to store it would let the retry run the side
     /// effect again. So the total may pass `n` by the values of the runs in flight when it was
     /// reached; new scopes are refused until expiries or forgets bring it back under `n`.
-    /// Keep values small (an id and a status rather than a whole response, SPEC E11), or set a
+    /// Keep values small (an id and a status rather than a whole response, E11), or set a
     /// cap in the server layer on what it stores.
     ///
     /// ```
@@ -277,7 +305,7 @@ impl<V> EngineBuilder<V> {
         self
     }
 
-    /// Weighs a stored value in bytes, for [`max_bytes`](Self::max_bytes) (SPEC E16), as
+    /// Weighs a stored value in bytes, for [`max_bytes`](Self::max_bytes) (E16), as
     /// moka's weigher does. It is called once when a value is stored and once when it is
     /// removed, so it must give the same weight for the same value; count what the value holds
     /// (a body's length, say), the engine's own ~188 bytes per entry are bounded by
@@ -288,7 +316,7 @@ impl<V> EngineBuilder<V> {
     }
 
     /// The most one tenant ([`Scope::tenant`](idem_core::Scope::tenant)) may hold, in percent of
-    /// `max_entries` and of `max_bytes` (SPEC E16). Default: none, one tenant may fill the
+    /// `max_entries` and of `max_bytes` (E16). Default: none, one tenant may fill the
     /// engine.
     ///
     /// A tenant at its share gets [`DedupError::TenantQuotaExceeded`](crate::DedupError::TenantQuotaExceeded)
@@ -299,7 +327,7 @@ impl<V> EngineBuilder<V> {
     ///
     /// # Accuracy
     ///
-    /// Each shard decides alone (SPEC E8): it limits a tenant to `percent` of its own part of
+    /// Each shard decides alone (E8): it limits a tenant to `percent` of its own part of
     /// the budget (`max_entries / shards` entries, `max_bytes / shards` bytes, at least one
     /// entry), with no shared map or lock. A tenant therefore never holds more than its share
     /// (rounded up to a whole entry per shard, plus the value that took a shard's part past its
@@ -333,8 +361,38 @@ impl<V> EngineBuilder<V> {
         self
     }
 
+    /// The engine's name: the `engine` label of every metric it reports (E9) and the
+    /// `engine` field of its spans and events (E15), so two engines in one process keep
+    /// their figures apart. 1 to 64 characters of `A-Z a-z 0-9 _ - .`; [`build`](Self::build)
+    /// refuses others with [`ConfigError::Invalid`]. Give each engine of a process its own
+    /// name: engines with the same name report into the same series. Default: `"default"`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), idem_dedup::ConfigError> {
+    /// use idem_dedup::Engine;
+    ///
+    /// let orders = Engine::<u64>::builder().name("orders").build()?; // idem_dedup_*{engine="orders"}
+    /// let refunds = Engine::<u64>::builder().name("refunds").build()?;
+    /// assert!(Engine::<u64>::builder().name("no spaces").build().is_err());
+    /// # drop((orders, refunds)); Ok(()) }
+    /// ```
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.cfg.name = Arc::from(name.into());
+        self
+    }
+
+    /// What this engine's spans and events show of a scope (E15). Default:
+    /// [`ScopeLogging::Digest`], the method and a [digest](crate::trace::ScopeDigest) of the
+    /// scope, never the tenant or the key; [`ScopeLogging::Raw`] adds them as they are.
+    pub const fn scope_logging(mut self, logging: ScopeLogging) -> Self {
+        self.cfg.scope_logging = logging;
+        self
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
         let c = &self.cfg;
+        check_name(&c.name)?;
         if c.shards == 0 || c.shards > 4096 {
             return Err(ConfigError::Invalid("shards must be in 1..=4096"));
         }

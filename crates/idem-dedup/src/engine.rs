@@ -13,6 +13,7 @@ use crossbeam_utils::CachePadded;
 use idem_core::{Deadline, Fingerprint, Scope, Status};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::config::{Config, EngineBuilder, InFlightPolicy, Weigher};
 use crate::entry::EntryInfo;
@@ -21,21 +22,23 @@ use crate::hash::ScopeHasher;
 use crate::inbox::{Inbox, Report};
 use crate::join::JoinCell;
 use crate::message::{Msg, Reply, RunEnd};
+use crate::metrics::CallLatency;
 use crate::run::{applied, panic_message, Run};
 use crate::shard::Shard;
 use crate::shard::SharedTable;
 use crate::stats::{bump, ShardCounters, Stats, Striped};
+use crate::trace::{self, ScopeFields};
 use crate::wheel::{Clock, Nanos};
 use crate::{DedupError, Outcome, OutcomeKind};
 
 /// State shared by handles and shard actors; none of it is the map.
 pub(crate) struct Shared {
     pub(crate) counters: Box<[ShardCounters]>,
-    /// In-flight + completed entries over all shards (SPEC E7). On a cache line of its own: the
+    /// In-flight + completed entries over all shards (E7). On a cache line of its own: the
     /// actors write it for every new key and every expiry, and every call reads the fields
     /// beside it (`shutting_down`, the clock).
     pub(crate) entries: CachePadded<AtomicUsize>,
-    /// Weight of the stored values over all shards, with a weigher (SPEC E16). Written when a
+    /// Weight of the stored values over all shards, with a weigher (E16). Written when a
     /// shard stores or removes values (once per turn), on a line of its own.
     pub(crate) bytes: CachePadded<AtomicUsize>,
     pub(crate) shutting_down: AtomicBool,
@@ -59,13 +62,15 @@ struct Inner<V> {
     shared: Arc<Shared>,
     cfg: Arc<Config>,
     handle: tokio::runtime::Handle,
+    /// The latency histograms (E15), resolved at build.
+    latency: CallLatency,
 }
 
 /// The deduplication engine: runs each scope's action once and gives its result to every duplicate
-/// (SPEC E1–E14).
+/// (E1–E14).
 ///
 /// `Engine` is a cheap handle (`Clone` shares one engine). Dropping the last handle stops the shard
-/// actors once the runs still going have reported (SPEC E10).
+/// actors once the runs still going have reported (E10).
 ///
 /// # Concurrent calls with the same scope
 ///
@@ -82,7 +87,7 @@ struct Inner<V> {
 ///
 /// Dropping an `execute` future never leaves half a side effect: if it was running the action, the
 /// action moves to a task of its own, runs to completion and its result is stored for the retry
-/// that follows (SPEC E5). Dropping a waiting call only stops that caller waiting.
+/// that follows (E5). Dropping a waiting call only stops that caller waiting.
 ///
 /// # Examples
 ///
@@ -149,13 +154,15 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         EngineBuilder::new()
     }
 
-    /// Starts the shard actors on `handle`, with `weigher` for a byte budget (SPEC E16).
+    /// Starts the shard actors on `handle`, with `weigher` for a byte budget (E16).
     pub(crate) fn launch(
         cfg: Config,
         weigher: Option<Weigher<V>>,
         handle: tokio::runtime::Handle,
     ) -> Self {
+        crate::metrics::describe();
         let cfg = Arc::new(cfg);
+        let latency = CallLatency::new(&cfg.name);
         let shared = Arc::new(Shared {
             counters: (0..cfg.shards).map(|_| ShardCounters::default()).collect(),
             entries: CachePadded::new(AtomicUsize::new(0)),
@@ -197,14 +204,15 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
                 shared,
                 cfg,
                 handle,
+                latency,
             }),
         }
     }
 
     /// Runs `action` once for `scope`, or shares the run or stored result of an earlier call
-    /// (SPEC E1).
+    /// (E1).
     ///
-    /// `fingerprint` identifies the request's content (SPEC K4, K5); the same scope with another
+    /// `fingerprint` identifies the request's content (K4, K5); the same scope with another
     /// fingerprint is a conflict. `action` is called only if this call leads; it returns the value
     /// to store, or a [`Status`] error (not stored unless its code is declared cacheable).
     ///
@@ -215,7 +223,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
     ///
     /// # Cancellation safety
     ///
-    /// See the type docs: a dropped leader hands its action to a task (SPEC E5).
+    /// See the type docs: a dropped leader hands its action to a task (E5).
     pub fn execute<'s, 'k, F, Fut>(
         &'s self,
         scope: &'k Scope,
@@ -232,7 +240,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
     }
 
     /// As [`execute`](Self::execute), but this caller stops waiting at `deadline` with
-    /// [`DedupError::DeadlineExceeded`] (SPEC E5). The run itself is not disturbed: if this call
+    /// [`DedupError::DeadlineExceeded`] (E5). The run itself is not disturbed: if this call
     /// was running the action, the action continues in a task and its result is stored.
     ///
     /// # Errors
@@ -265,23 +273,100 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
     {
         let inner = &*self.inner;
         if inner.shared.shutting_down.load(Acquire) {
+            if trace::spans_on() {
+                self.trace_now(scope, Err(DedupError::ShuttingDown));
+            }
             return Err(DedupError::ShuttingDown);
         }
         let hash = inner.hasher.hash(scope.as_bytes());
         let index = shard_index(hash, inner.shards.len());
         // Decided before any `.await`, so the read path's answer is not kept in this future.
+        // A replay served here is not timed (see the `metrics` module), and its span (E15)
+        // is made only if a subscriber may want it: without one, it costs a load and a
+        // branch.
         let joined = match self.read_path(index, hash, scope, fingerprint) {
-            Some(Fast::Replay(out)) => return Ok(out),
+            Some(Fast::Replay(out)) => {
+                if trace::spans_on() {
+                    self.trace_now(scope, Ok(OutcomeKind::Replayed));
+                }
+                return Ok(out);
+            }
             Some(Fast::Join(cell)) => Some(cell),
             None => None,
         };
         // Both waits are boxed: a replay, the commonest call, then carries only this function's
         // arguments in its future (128 -> 72 bytes here; 552 before anything was boxed), and
-        // every spawned request allocates and moves its future.
+        // every spawned request allocates and moves its future. Both time themselves; with a
+        // subscriber each runs in the call's span (the leader's action with it). They are made
+        // out of line, so none of it is in the replay's code.
         match joined {
+            Some(cell) if trace::spans_on() => {
+                let join = async move { self.join(index, &cell, deadline).await };
+                self.traced(scope, join).await
+            }
             Some(cell) => Box::pin(async move { self.join(index, &cell, deadline).await }).await,
+            None if trace::spans_on() => {
+                let ask = self.ask(index, hash, scope, fingerprint, deadline, action);
+                self.traced(scope, ask).await
+            }
             None => Box::pin(self.ask(index, hash, scope, fingerprint, deadline, action)).await,
         }
+    }
+
+    /// `wait` boxed, in the call's span, which records how it ended (E15).
+    fn traced<'a, W>(
+        &self,
+        scope: &Scope,
+        wait: W,
+    ) -> Pin<Box<impl Future<Output = Result<Outcome<V>, DedupError>> + 'a>>
+    where
+        W: Future<Output = Result<Outcome<V>, DedupError>> + 'a,
+    {
+        let span = self.span(scope);
+        let end = span.clone();
+        let recorded = async move {
+            let answer = wait.await;
+            trace::record_end(&end, &answer);
+            answer
+        };
+        Box::pin(recorded.instrument(span))
+    }
+
+    /// The span of a call answered at once, without a wait (E15): a replay served by the
+    /// read path (`Ok`), or a refusal. Out of line, out of the replay's way.
+    #[cold]
+    #[inline(never)]
+    fn trace_now(&self, scope: &Scope, answer: Result<OutcomeKind, DedupError>) {
+        let span = self.span(scope);
+        if span.is_disabled() {
+            return;
+        }
+        match answer {
+            Ok(kind) => {
+                span.record("outcome", kind.as_str());
+            }
+            Err(e) => trace::record_error(&span, &e),
+        }
+    }
+
+    /// The span of a call for `scope` (E15).
+    fn span(&self, scope: &Scope) -> tracing::Span {
+        let cfg = &self.inner.cfg;
+        trace::call_span(&cfg.name, cfg.scope_logging, scope)
+    }
+
+    /// Times a call that reached the shard (E15): from `start` until `end` (a clock read
+    /// the call already made) or now.
+    fn finish(
+        &self,
+        start: Instant,
+        end: Option<Instant>,
+        answer: &Result<Outcome<V>, DedupError>,
+    ) {
+        let took = end
+            .unwrap_or_else(Instant::now)
+            .saturating_duration_since(start);
+        self.inner.latency.record(took, answer);
     }
 
     /// The message path: asks the shard, then leads (runs the action inline), waits for the run
@@ -299,95 +384,110 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<V, Status>> + Send + 'static,
     {
-        let inner = &*self.inner;
-        let tx = &inner.shards[index];
-        let inbox = &inner.inboxes[index];
-        let (reply_tx, reply_rx) = oneshot::channel();
-        let msg = Msg::Begin {
-            hash,
-            scope: scope.clone(),
-            fingerprint,
-            reply: reply_tx,
-        };
-        self.send(index, msg).finish().await?;
-
-        let mut pending = Pending {
-            rx: Some(reply_rx),
-            inbox,
-            hash,
-        };
-        // The reply lives in this block only, so the future does not keep its bytes while the
-        // action runs.
-        let (token, lease_deadline) = {
-            let reply = match deadline {
-                None => pending.recv().await,
-                Some(d) => match until(d, std::pin::pin!(pending.recv())).await {
-                    Ok(r) => r,
-                    Err(()) => {
-                        bump(&inner.shared.counters[index].deadline_exceeded);
-                        return Err(DedupError::DeadlineExceeded);
-                    }
-                },
+        // Timed from here to the answer (E15); a leader's action already reads the clock
+        // when it ends, and that read ends the timing.
+        let start = Instant::now();
+        let mut finished = None;
+        let answer = 'call: {
+            let inner = &*self.inner;
+            let tx = &inner.shards[index];
+            let inbox = &inner.inboxes[index];
+            let (reply_tx, reply_rx) = oneshot::channel();
+            let msg = Msg::Begin {
+                hash,
+                scope: scope.clone(),
+                fingerprint,
+                reply: reply_tx,
             };
-            match reply {
-                Reply::Done(answer) => return answer,
-                Reply::Lead {
-                    token,
-                    lease_deadline,
-                } => (token, lease_deadline),
+            if let Err(e) = self.send(index, msg).finish().await {
+                break 'call Err(e);
             }
-        };
 
-        // This call leads: run the action inline. Every big local lives in this block, so the
-        // rare wait for the shard below does not keep them in the future.
-        let answer = 'lead: {
-            let fut = match std::panic::catch_unwind(AssertUnwindSafe(action)) {
-                Ok(fut) => fut,
-                Err(p) => {
-                    let message = panic_message(&*p);
-                    let end = RunEnd::Panicked(message.clone());
-                    let acked = inbox.push_acked(Report::new(hash, token, end));
-                    let answer = Err(DedupError::Panicked { message });
-                    break 'lead Answer::Later(Box::pin(once_applied(tx, acked, answer)));
+            let mut pending = Pending {
+                rx: Some(reply_rx),
+                inbox,
+                hash,
+            };
+            // The reply lives in this block only, so the future does not keep its bytes while the
+            // action runs.
+            let (token, lease_deadline) = {
+                let reply = match deadline {
+                    None => pending.recv().await,
+                    Some(d) => match until(d, std::pin::pin!(pending.recv())).await {
+                        Ok(r) => r,
+                        Err(()) => {
+                            bump(&inner.shared.counters[index].deadline_exceeded);
+                            break 'call Err(DedupError::DeadlineExceeded);
+                        }
+                    },
+                };
+                match reply {
+                    Reply::Done(answer) => break 'call answer,
+                    Reply::Lead {
+                        token,
+                        lease_deadline,
+                    } => (token, lease_deadline),
                 }
             };
-            let (handle, lease) = (&inner.handle, inner.cfg.in_flight_timeout);
-            let mut run = Run::new(fut, lease, inbox, tx, hash, token, handle);
-            let end = match deadline {
-                None => run.drive().await,
-                Some(d) => {
-                    let ended = until(d, std::pin::pin!(run.drive())).await;
-                    match ended {
-                        Ok(end) => end,
-                        Err(()) => {
-                            // Dropping `run` hands the action to a task (SPEC E5).
-                            drop(run);
-                            bump(&inner.shared.counters[index].deadline_exceeded);
-                            return Err(DedupError::DeadlineExceeded);
+
+            // This call leads: run the action inline. Every big local lives in this block, so the
+            // rare wait for the shard below does not keep them in the future.
+            let answer = 'lead: {
+                let fut = match std::panic::catch_unwind(AssertUnwindSafe(action)) {
+                    Ok(fut) => fut,
+                    Err(p) => {
+                        let message = panic_message(&*p);
+                        let end = RunEnd::Panicked(message.clone());
+                        let acked = inbox.push_acked(Report::new(hash, token, end));
+                        let answer = Err(DedupError::Panicked { message });
+                        break 'lead Answer::Later(Box::pin(once_applied(tx, acked, answer)));
+                    }
+                };
+                let (handle, lease) = (&inner.handle, inner.cfg.in_flight_timeout);
+                let mut run = Run::new(fut, lease, inbox, tx, hash, token, handle);
+                let end = match deadline {
+                    None => run.drive().await,
+                    Some(d) => {
+                        let ended = until(d, std::pin::pin!(run.drive())).await;
+                        match ended {
+                            Ok(end) => end,
+                            Err(()) => {
+                                // Dropping `run` hands the action to a task (E5).
+                                drop(run);
+                                bump(&inner.shared.counters[index].deadline_exceeded);
+                                break 'call Err(DedupError::DeadlineExceeded);
+                            }
                         }
                     }
+                };
+                // The action's end was just read off the clock: the call's end, for its timing.
+                if let RunEnd::Finished(_, at) = &end {
+                    finished = Some(*at);
                 }
+                self.settle(&run, end, lease_deadline, scope)
             };
-            self.settle(&run, end, lease_deadline)
+            match answer {
+                Answer::Now(answer) => answer,
+                Answer::Later(wait) => wait.await,
+            }
         };
-        match answer {
-            Answer::Now(answer) => answer,
-            Answer::Later(wait) => wait.await,
-        }
+        self.finish(start, finished, &answer);
+        answer
     }
 
     /// Reports how the leader's run ended and says how the leader answers (see `inbox.rs`).
     ///
     /// A result the shard stores is the answer at once, unless the shard may have swept the run
-    /// at its lease before the report came (SPEC E6): then it is the answer only if the shard
+    /// at its lease before the report came (E6): then it is the answer only if the shard
     /// stored it, and the lease error otherwise. An end that stores nothing is answered once
     /// the shard has removed the entry and counted it out, so the room it held is there for the
-    /// caller's next call, on any shard (SPEC E7). Both waits are rare, and boxed.
+    /// caller's next call, on any shard (E7). Both waits are rare, and boxed.
     fn settle<'a, Fut>(
         &'a self,
         run: &Run<'a, V, Fut>,
         end: RunEnd<V>,
         lease_deadline: Nanos,
+        scope: &'a Scope,
     ) -> Answer<'a, V>
     where
         Fut: Future<Output = Result<V, Status>> + Send + 'static,
@@ -397,7 +497,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         let lease = cfg.in_flight_timeout;
         let stored = |end, answer| match run.report_stored(end, lease_deadline) {
             None => Answer::Now(answer),
-            Some(acked) => Answer::Later(Box::pin(unless_swept(tx, acked, answer, lease))),
+            Some(acked) => Answer::Later(Box::pin(unless_swept(tx, acked, answer, (cfg, scope)))),
         };
         let removed = |end, answer| {
             let acked = run.report_acked(end);
@@ -439,14 +539,15 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
     }
 
     /// Waits for a run in flight through its join cell, or until this caller's deadline
-    /// (SPEC E1, E5): the run itself is not disturbed.
+    /// (E1, E5): the run itself is not disturbed.
     async fn join(
         &self,
         index: usize,
         cell: &JoinCell<V>,
         deadline: Option<Deadline>,
     ) -> Result<Outcome<V>, DedupError> {
-        match deadline {
+        let start = Instant::now();
+        let answer = match deadline {
             None => cell.wait().await,
             Some(d) => until(d, std::pin::pin!(cell.wait()))
                 .await
@@ -454,7 +555,10 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
                     bump(&self.inner.shared.counters[index].deadline_exceeded);
                     Err(DedupError::DeadlineExceeded)
                 }),
-        }
+        };
+        // Timed as a join (E15), whatever it got.
+        self.inner.latency.record_join(start.elapsed(), &answer);
+        answer
     }
 
     /// The read path, straight from the shard's table without a message: a stored success for
@@ -507,7 +611,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
     }
 
     /// Sends to a shard; when its mailbox is full, the returned [`Sending`] waits asynchronously
-    /// for room (SPEC E8).
+    /// for room (E8).
     ///
     /// The waiting send is boxed: it is the rare path, and inline it would carry the message and
     /// the channel's permit future in every call's future (spawned requests pay for each byte).
@@ -525,7 +629,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         }
     }
 
-    /// Looks a scope up (SPEC E13): in flight or completed, its age and time to expiry. `None` if
+    /// Looks a scope up (E13): in flight or completed, its age and time to expiry. `None` if
     /// the engine holds nothing for it (or it just expired).
     ///
     /// # Errors
@@ -542,7 +646,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         rx.await.map_err(|_| DedupError::ShuttingDown)
     }
 
-    /// Removes whatever the engine holds for `scope` (SPEC E3, E13); returns whether there was
+    /// Removes whatever the engine holds for `scope` (E3, E13); returns whether there was
     /// anything. The next call for the scope runs the action again. Forgetting an in-flight scope
     /// does not stop its run, but its result is not stored and its waiters get
     /// [`DedupError::Abandoned`].
@@ -561,7 +665,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         rx.await.map_err(|_| DedupError::ShuttingDown)
     }
 
-    /// Counts per shard and in total, read from atomics without a message (SPEC E9).
+    /// Counts per shard and in total, read from atomics without a message (E9).
     pub fn stats(&self) -> Stats {
         let shared = &self.inner.shared;
         Stats::collect(
@@ -577,7 +681,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
     }
 
     /// Stops accepting calls (they get `UNAVAILABLE`), waits up to `grace` for runs in flight to
-    /// finish, then stops the shard actors (SPEC E10). Waiters of runs still going after the grace
+    /// finish, then stops the shard actors (E10). Waiters of runs still going after the grace
     /// period get [`DedupError::ShuttingDown`]; those actions are not aborted (half a side effect is
     /// worse than a late one), but their results are not stored.
     pub async fn shutdown(&self, grace: Duration) -> ShutdownReport {
@@ -654,7 +758,7 @@ async fn until<F: Future>(deadline: Deadline, mut fut: Pin<&mut F>) -> Result<F:
 }
 
 /// Waits until the shard has applied an acknowledged report (or has stopped), then gives
-/// `answer`: the end of a run that stores nothing is answered once its room is free (SPEC E7).
+/// `answer`: the end of a run that stores nothing is answered once its room is free (E7).
 async fn once_applied<V, T>(
     tx: &mpsc::Sender<Msg<V>>,
     acked: oneshot::Receiver<bool>,
@@ -666,19 +770,47 @@ async fn once_applied<V, T>(
 
 /// Waits until the shard has applied the report of a run to be stored, then gives `answer` if
 /// it stored it, and otherwise the lease error: the shard had swept the run at its lease
-/// before the report came, so nothing is stored and the retry will run again (SPEC E6).
+/// before the report came, so nothing is stored and the retry will run again (E6).
 async fn unless_swept<V, T>(
     tx: &mpsc::Sender<Msg<V>>,
     acked: oneshot::Receiver<bool>,
     answer: Result<T, DedupError>,
-    lease: Duration,
+    (cfg, scope): (&Config, &Scope),
 ) -> Result<T, DedupError> {
+    let lease = cfg.in_flight_timeout;
     match applied(tx, acked).await {
         Some(true) => answer,
-        Some(false) => Err(DedupError::LeaseExpired { after: lease }),
-        // The shard stopped before it took the report: nothing is stored (SPEC E10).
+        Some(false) => {
+            // The side effect happened and its result is gone: an operator must know (E15).
+            warn_completed_after_lease(cfg, scope);
+            Err(DedupError::LeaseExpired { after: lease })
+        }
+        // The shard stopped before it took the report: nothing is stored (E10).
         None => Err(DedupError::ShuttingDown),
     }
+}
+
+/// The warn event of a leader whose action finished after its run was ended at the lease
+/// (E6, E15). Out of line: the event's code stays out of the call's future.
+#[cold]
+#[inline(never)]
+fn warn_completed_after_lease(cfg: &Config, scope: &Scope) {
+    if trace::warn_enabled() {
+        let fields = ScopeFields::new(scope, cfg.scope_logging);
+        trace::warn_scope!(
+            "idem_dedup.completed_after_lease",
+            &*cfg.name,
+            &fields,
+            lease_ms = millis(cfg.in_flight_timeout),
+            "the action finished after its run was ended at the in-flight lease: its result \
+             was not stored, and a retry with the same key runs it again"
+        );
+    }
+}
+
+/// A duration in whole milliseconds, for event fields.
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Maps a scope hash to a shard. Mixes the hash first so the shard index uses other bits than the

@@ -12,7 +12,7 @@ use crate::wheel::Nanos;
 ///
 /// The table holds a `Box` per entry, not the entry itself: a hashbrown table keeps between 1.14
 /// and 2.3 slots per entry (it doubles at 7/8 full), so an 8-byte slot instead of the whole record
-/// is what keeps a completed entry small at any table size (SPEC E7). The box carries the scope's
+/// is what keeps a completed entry small at any table size (E7). The box carries the scope's
 /// bytes inline when they fit ([`StoredScope`]), so a replay's comparison reads the same
 /// allocation as its result instead of following the scope's own pointer.
 ///
@@ -68,7 +68,7 @@ impl StoredScope {
         }
     }
 
-    /// Whether this is `scope` (the same encoded bytes; SPEC K3 makes the encoding injective).
+    /// Whether this is `scope` (the same encoded bytes; K3 makes the encoding injective).
     #[inline]
     pub(crate) fn is(&self, scope: &Scope) -> bool {
         self.as_bytes() == scope.as_bytes()
@@ -158,7 +158,7 @@ pub(crate) struct InFlight<V> {
     pub(crate) join: Option<Arc<JoinCell<V>>>,
 }
 
-/// What an operator sees when looking a scope up (SPEC E13).
+/// What an operator sees when looking a scope up (E13).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EntryInfo {
     /// In flight or completed.
@@ -179,7 +179,7 @@ pub enum EntryState {
     },
     /// A success is stored and will be replayed.
     Completed,
-    /// A failure with a cacheable code is stored and will be replayed (SPEC E13).
+    /// A failure with a cacheable code is stored and will be replayed (E13).
     CachedFailure(Code),
 }
 

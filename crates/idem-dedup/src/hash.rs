@@ -1,5 +1,5 @@
 //! The scope hash: SipHash-1-3 under a random 128-bit key, computed in one pass over the scope's
-//! encoded bytes (SPEC E8).
+//! encoded bytes (E8).
 //!
 //! # Why our own loop
 //!

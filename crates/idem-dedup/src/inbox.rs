@@ -14,9 +14,9 @@
 //!
 //! The actor drains this queue before every mailbox batch. A report is pushed before the
 //! leader's call returns, so any message a caller sends after seeing that result (a `Lookup`, a
-//! `Begin` for the same scope) finds the report already applied (SPEC E13's look-up, E1's replay).
+//! `Begin` for the same scope) finds the report already applied (E13's look-up, E1's replay).
 //! The actor also applies it before each sweep, so a run whose report and lease timer are ready at
-//! the same poll is stored, not expired. A run handed off to a task (SPEC E5) reports here too;
+//! the same poll is stored, not expired. A run handed off to a task (E5) reports here too;
 //! the task holds a mailbox sender until it has, which keeps the actor alive to apply it.
 //!
 //! # Acknowledged reports
@@ -27,8 +27,8 @@
 //! - a run that ends without a stored result (a failure that is not cached, a panic, a lease
 //!   expiry): its caller is answered only once the actor has removed the entry and counted it
 //!   out of the engine-wide entry count, so the room is there for the caller's next call on any
-//!   shard (SPEC E7);
-//! - a stored result whose lease the actor may already have swept (SPEC E6). Before a sweep the
+//!   shard (E7);
+//! - a stored result whose lease the actor may already have swept (E6). Before a sweep the
 //!   actor drains this queue and records, under the queue's lock, the time it sweeps leases up
 //!   to. A report pushed before that drain is applied before the
 //!   sweep, so its run is stored. A report pushed after it, for a run whose lease deadline is at

@@ -1,4 +1,4 @@
-//! Waiting for a run in flight: one broadcast cell per run that has duplicates (SPEC E1, E5).
+//! Waiting for a run in flight: one broadcast cell per run that has duplicates (E1, E5).
 //!
 //! # Why a cell and not a reply per waiter
 //!
@@ -38,7 +38,7 @@ pub(crate) type JoinResult<V> = Result<(V, Instant), DedupError>;
 pub(crate) struct JoinCell<V> {
     result: OnceLock<JoinResult<V>>,
     signal: Notify,
-    /// Calls that joined the run (whether still waiting or not), for look-ups (SPEC E13).
+    /// Calls that joined the run (whether still waiting or not), for look-ups (E13).
     joined: AtomicUsize,
     /// Reply slots of duplicates that asked the actor; answered on resolution. Only the actor
     /// touches it (files and drains), so the lock is never contended.

@@ -24,7 +24,7 @@
 //! assert_eq!(retry.kind(), OutcomeKind::Replayed);
 //! assert_eq!(retry.value(), "order-1001");
 //!
-//! // Same key, other payload: refused, nothing runs (SPEC K4).
+//! // Same key, other payload: refused, nothing runs (K4).
 //! let other = engine.execute(&scope, Fingerprint::of(b"qty=2"), create).await;
 //! assert_eq!(other.unwrap_err().code(), idem_core::Code::FailedPrecondition);
 //! # Ok(()) }
@@ -37,7 +37,7 @@
 //! client half that retries with one stable key; `idem-redis` adds a second tier so several server
 //! instances agree.
 //!
-//! ## Shape (SPEC E8)
+//! ## Shape (E8)
 //!
 //! A scope is hashed once (SipHash-1-3 with a random key per engine, in one pass over the scope's
 //! bytes: clients choose keys, so the hash must not be predictable) and the hash picks one of N
@@ -61,11 +61,11 @@
 //! The action itself runs in the leader's own call, not in a spawned task: a spawn per action cost
 //! ~37% of new-key throughput in a prototype. If the leader's call is dropped mid-run (client
 //! disconnect, caller deadline) the half-run future is handed to a new task, so the side effect is
-//! never left half done and its result is stored for the retry that follows (SPEC E5).
+//! never left half done and its result is stored for the retry that follows (E5).
 //!
 //! ## Guarantees and defaults
 //!
-//! | | behaviour | default | SPEC |
+//! | | behaviour | default | requirement |
 //! |---|---|---|---|
 //! | TTL | results expire at completion + TTL, removed by the wheel without any read | 24 h | E2 |
 //! | failures | not stored; every waiter gets the error; codes you declare are cached | none cached | E3, E13 |
@@ -81,13 +81,16 @@
 //! the side effect a second time. A full engine therefore refuses *new* scopes with a retry-after
 //! hint and keeps replaying the ones it holds.
 //!
-//! ## Observability (SPEC E9)
+//! ## Observability (E9, E15)
 //!
 //! [`Engine::stats`] reads per-shard atomics (no message), cheap enough to scrape every second
-//! under full load. The same figures go to the [`metrics`](mod@crate::metrics) facade; the names
-//! are listed in that module.
+//! under full load. The same figures go to the [`metrics`](mod@crate::metrics) facade, each
+//! described and labelled with the engine's [name](EngineBuilder::name), with latency histograms
+//! of calls, joins and tier round trips; the names are listed in that module. Every call is a
+//! `tracing` span that names its scope by a short digest, never by its key, and lease expiries,
+//! panics and a tier's faults are warn events: see the [`trace`] module.
 //!
-//! ## Large values (SPEC E11)
+//! ## Large values (E11)
 //!
 //! Values are cloned to each waiter and replay, so make `V` cheap to clone: an `Arc<T>`,
 //! `bytes::Bytes`, or, for large responses, just what a retry needs — an operation id and a status
@@ -131,6 +134,7 @@ mod shard;
 mod stats;
 mod tally;
 pub mod tiered;
+pub mod trace;
 mod wheel;
 
 #[cfg(feature = "serde")]

@@ -17,26 +17,26 @@ pub(crate) enum Msg<V> {
         fingerprint: Fingerprint,
         reply: oneshot::Sender<Reply<V>>,
     },
-    /// Operator look-up (SPEC E13).
+    /// Operator look-up (E13).
     Lookup {
         hash: u64,
         scope: Scope,
         reply: oneshot::Sender<Option<EntryInfo>>,
     },
-    /// Operator eviction (SPEC E3, E13).
+    /// Operator eviction (E3, E13).
     Forget {
         hash: u64,
         scope: Scope,
         reply: oneshot::Sender<bool>,
     },
-    /// Shutdown: fail what is still in flight and stop (SPEC E10).
+    /// Shutdown: fail what is still in flight and stop (E10).
     Stop,
 }
 
 /// A shard's answer to `Begin`.
 pub(crate) enum Reply<V> {
     /// This caller leads: run the action and report its end with this token. The shard sweeps
-    /// the run at `lease_deadline` (shard clock) if it has not ended by then (SPEC E6).
+    /// the run at `lease_deadline` (shard clock) if it has not ended by then (E6).
     Lead { token: u64, lease_deadline: Nanos },
     /// The final answer for this caller (for a duplicate of a run in flight, sent when the run
     /// ends; see `join.rs`).
@@ -45,7 +45,7 @@ pub(crate) enum Reply<V> {
 
 /// How a run ended.
 pub(crate) enum RunEnd<V> {
-    /// The action returned, at `at` (tokio clock): the TTL counts from then (SPEC E2).
+    /// The action returned, at `at` (tokio clock): the TTL counts from then (E2).
     Finished(Result<V, Status>, tokio::time::Instant),
     /// The action (or the closure that made it) panicked.
     Panicked(String),

@@ -4,7 +4,7 @@ use tokio::time::Instant;
 
 use crate::remote::FencingToken;
 
-/// How a successful call got its value (SPEC E1).
+/// How a successful call got its value (E1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OutcomeKind {
     /// This call ran the action.

@@ -1,4 +1,4 @@
-//! What a shard may still admit: the byte budget and each tenant's share (SPEC E16).
+//! What a shard may still admit: the byte budget and each tenant's share (E16).
 //!
 //! # Why a share per tenant
 //!
@@ -10,7 +10,7 @@
 //!
 //! # Why per shard
 //!
-//! Only the shard decides what it admits (SPEC E8), so each shard keeps the counts of the
+//! Only the shard decides what it admits (E8), so each shard keeps the counts of the
 //! tenants whose scopes hash to it, and limits each tenant to the share of *that shard's part*
 //! of the budget (`max_entries / shards`, `max_bytes / shards`). No map is shared and no lock is
 //! taken. The price is accuracy, in one direction only: a tenant never holds more than its share
@@ -35,9 +35,9 @@ use crate::config::Config;
 /// Why a shard refuses a new scope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refusal {
-    /// The engine holds `max_entries` entries, or `max_bytes` of stored values (SPEC E7, E16).
+    /// The engine holds `max_entries` entries, or `max_bytes` of stored values (E7, E16).
     Full,
-    /// The scope's tenant holds its whole share of this shard's part (SPEC E16).
+    /// The scope's tenant holds its whole share of this shard's part (E16).
     Tenant,
 }
 
@@ -137,7 +137,7 @@ impl Quota {
     }
 }
 
-/// The tenant's bytes in a scope's encoding (length-prefixed, SPEC K3).
+/// The tenant's bytes in a scope's encoding (length-prefixed, K3).
 fn tenant(scope: &[u8]) -> &[u8] {
     match scope {
         [hi, lo, rest @ ..] => {

@@ -1,4 +1,4 @@
-//! The shard actor: the only code that writes a shard's map and timer wheel (SPEC E8).
+//! The shard actor: the only code that writes a shard's map and timer wheel (E8).
 
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use std::sync::{Arc, TryLockError};
@@ -10,13 +10,14 @@ use idem_core::{Fingerprint, Scope};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{Config, InFlightPolicy, Weigher};
-use crate::engine::Shared;
+use crate::engine::{millis, Shared};
 use crate::entry::{Entry, InFlight, Spares, State, StoredScope};
 use crate::inbox::{Inbox, Report};
 use crate::join::JoinCell;
 use crate::message::{Msg, Reply, RunEnd};
 use crate::quota::{Quota, Refusal};
 use crate::tally::{Publisher, Tally};
+use crate::trace::{self, warn_scope, ScopeFields};
 use crate::wheel::{Clock, Kind, Nanos, Wheel};
 use crate::{DedupError, Outcome, OutcomeKind};
 
@@ -43,7 +44,7 @@ pub(crate) struct Shard<V> {
     published: SharedTable<V>,
     /// Removed entries' boxes, reused for new keys.
     spares: Spares<V>,
-    /// Weighs stored values for the byte budget (SPEC E16).
+    /// Weighs stored values for the byte budget (E16).
     weigher: Option<Weigher<V>>,
     core: Core,
     publisher: Publisher,
@@ -63,7 +64,7 @@ struct Core {
     /// Bytes stored and removed since the engine-wide byte count was last updated.
     added_bytes: usize,
     released_bytes: usize,
-    /// The byte budget's and the tenants' shares of this shard (SPEC E16).
+    /// The byte budget's and the tenants' shares of this shard (E16).
     quota: Quota,
     /// The clock when the current turn began.
     turn_now: Nanos,
@@ -81,6 +82,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
     ) -> Self {
         let clock = shared.clock;
         let quota = Quota::new(&cfg);
+        let publisher = Publisher::new(index, &cfg.name);
         Shard {
             index,
             rx,
@@ -103,7 +105,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                 quota,
                 turn_now: 0,
             },
-            publisher: Publisher::new(index),
+            publisher,
         }
     }
 
@@ -121,7 +123,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         let mut signalled = std::pin::pin!(inbox.signalled());
         loop {
             tokio::select! {
-                // Timers first, so expiry keeps up under load and memory stays bounded (SPEC Z3).
+                // Timers first, so expiry keeps up under load and memory stays bounded (Z3).
                 biased;
                 () = self.core.wheel.fired(), if self.core.wheel.is_armed() => {
                     let more = {
@@ -225,7 +227,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                 let info = match self.table.find_entry(hash, |e| e.scope.is(&scope)) {
                     Ok(occ) if occ.get().is_expired(now) => {
                         // Gone, as the look-up says: its room is free before the answer
-                        // (SPEC E2, E7), rather than when the timer comes round to it.
+                        // (E2, E7), rather than when the timer comes round to it.
                         let (e, _) = occ.remove();
                         drop(take(&mut self.spares, &mut self.core, &self.weigher, e));
                         self.core.expire_one();
@@ -254,7 +256,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                     }
                     Err(_) => false,
                 };
-                // The room is free before the operator hears it is gone (SPEC E7).
+                // The room is free before the operator hears it is gone (E7).
                 self.core.flush_released();
                 let _ = reply.send(found);
             }
@@ -273,7 +275,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         let Some((scope, reply, why)) = self.begin(hash, scope, fingerprint, reply) else {
             return;
         };
-        // Full, or the tenant at its share (SPEC E7, E16). Results of this shard's own that are
+        // Full, or the tenant at its share (E7, E16). Results of this shard's own that are
         // past their expiry but not swept yet (the timer fires a moment after the deadline)
         // take no room: expire them and ask again. Nothing unexpired is ever evicted.
         if self.expire_due(self.core.clock.now()) > 0 {
@@ -304,7 +306,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
             }
             Slot::Occupied(occ) => occ,
         };
-        // An expired result is gone, even if the wheel has not swept it yet (SPEC E2).
+        // An expired result is gone, even if the wheel has not swept it yet (E2).
         let now = self.core.clock.now();
         if occ.get().is_expired(now) {
             let (old, vacant) = occ.remove();
@@ -378,6 +380,13 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         };
         let Some((at, ttl)) = cached else {
             let (e, _) = occ.remove();
+            match &end {
+                RunEnd::Panicked(message) => {
+                    warn_run_end(&core.cfg, &e.scope, BadEnd::Panic(message))
+                }
+                RunEnd::LeaseExpired => warn_run_end(&core.cfg, &e.scope, BadEnd::Lease),
+                _ => {}
+            }
             let e = take(&mut self.spares, core, &self.weigher, e);
             match end {
                 RunEnd::Finished(Err(status), _) => {
@@ -519,7 +528,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
     }
 
     /// Removes the stored results (successes and cached failures) past their expiry at `now`,
-    /// within a turn (a full engine asks for room; SPEC E7). Leaves leases to [`sweep`](Self::sweep),
+    /// within a turn (a full engine asks for room; E7). Leaves leases to [`sweep`](Self::sweep),
     /// and the wheel armed as it was (at worst early: the timer's sweep then finds less to do).
     /// Returns how many it removed.
     fn expire_due(&mut self, now: Nanos) -> usize {
@@ -573,6 +582,9 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
             }
             self.core.wheel.pop(kind);
             let (e, _) = occ.remove();
+            if matches!(e.state, State::InFlight(_)) {
+                warn_run_end(&self.core.cfg, &e.scope, BadEnd::Lease);
+            }
             let e = take(&mut self.spares, &mut self.core, &self.weigher, e);
             let core = &mut self.core;
             if matches!(e, State::InFlight(_)) {
@@ -672,7 +684,7 @@ impl Core {
         fingerprint: Fingerprint,
         reply: oneshot::Sender<Reply<V>>,
     ) -> Option<(Scope, oneshot::Sender<Reply<V>>, Refusal)> {
-        // Bounded memory (SPEC E7, E16): the tenant's share, the byte budget, then a slot in the
+        // Bounded memory (E7, E16): the tenant's share, the byte budget, then a slot in the
         // engine-wide count, or refuse. Nothing is evicted to make room: evicting an unexpired
         // result would let a duplicate run. This shard's own removals are counted out first, so
         // it never refuses for want of room it has just freed.
@@ -723,7 +735,7 @@ impl Core {
         None
     }
 
-    /// Refuses a new scope: the engine is full (SPEC E7, E16) or its tenant at its share (E16).
+    /// Refuses a new scope: the engine is full (E7, E16) or its tenant at its share (E16).
     fn refuse<V>(&mut self, reply: oneshot::Sender<Reply<V>>, why: Refusal) {
         let retry_after = self.cfg.retry_after;
         self.tally.overloaded += 1;
@@ -749,14 +761,14 @@ impl Core {
     /// once, not once per entry. Called before every reservation, before anyone is told that
     /// an entry is gone (a leader's or waiter's answer for a run that stored nothing, a
     /// forget's, a look-up's), and at the end of every turn. So the count is never too low, and
-    /// whoever hears that an entry is gone finds its room free on every shard (SPEC E7); only an
+    /// whoever hears that an entry is gone finds its room free on every shard (E7); only an
     /// expiry nobody has asked about reaches other shards at the end of the sweeping turn.
     fn flush_released(&mut self) {
         if self.released > 0 {
             self.shared.entries.fetch_sub(self.released, Relaxed);
             self.released = 0;
         }
-        // Stored and removed weights, netted into one update (SPEC E16).
+        // Stored and removed weights, netted into one update (E16).
         if self.added_bytes != self.released_bytes {
             let bytes = &self.shared.bytes;
             if self.added_bytes > self.released_bytes {
@@ -772,7 +784,7 @@ impl Core {
     /// Accounts for a removed entry (its state); an in-flight one's waiters get `err()`. The
     /// engine-wide count is updated by [`flush_released`](Self::flush_released): at once when
     /// waiters are answered, so that each of them finds the room free for its next call, on any
-    /// shard (SPEC E7); otherwise at the end of the turn.
+    /// shard (E7); otherwise at the end of the turn.
     fn release<V: Clone>(&mut self, state: State<V>, err: impl Fn() -> DedupError) {
         self.released += 1;
         match state {
@@ -789,7 +801,7 @@ impl Core {
 }
 
 /// Takes a removed entry: counts it out of its tenant's use and its value's weight out of the
-/// byte budget (SPEC E16), and returns its state, keeping the box for reuse (see [`Spares`]).
+/// byte budget (E16), and returns its state, keeping the box for reuse (see [`Spares`]).
 fn take<V>(
     spares: &mut Spares<V>,
     core: &mut Core,
@@ -803,6 +815,45 @@ fn take<V>(
     core.quota.remove(e.scope.as_bytes(), weight);
     core.released_bytes += weight;
     spares.keep(e)
+}
+
+/// How a run ended that an operator must hear of (E15).
+enum BadEnd<'a> {
+    /// It passed its in-flight lease (E6).
+    Lease,
+    /// Its action panicked, with this message (E4).
+    Panic(&'a str),
+}
+
+/// Warns of a run that ended badly, naming its scope as the engine's [`ScopeLogging`] allows.
+/// The scope is decoded only when the event is enabled.
+///
+/// [`ScopeLogging`]: crate::trace::ScopeLogging
+fn warn_run_end(cfg: &Config, scope: &StoredScope, why: BadEnd<'_>) {
+    if !trace::warn_enabled() {
+        return;
+    }
+    let Ok(scope) = Scope::from_encoded(scope.as_bytes()) else {
+        return;
+    };
+    let fields = ScopeFields::new(&scope, cfg.scope_logging);
+    match why {
+        BadEnd::Lease => warn_scope!(
+            "idem_dedup.lease_expired",
+            &*cfg.name,
+            &fields,
+            lease_ms = millis(cfg.in_flight_timeout),
+            "a run passed its in-flight lease and was ended: its callers get UNAVAILABLE and \
+             nothing is stored"
+        ),
+        BadEnd::Panic(message) => warn_scope!(
+            "idem_dedup.panicked",
+            &*cfg.name,
+            &fields,
+            panic = message,
+            "the action panicked: its callers get INTERNAL and nothing is stored"
+        ),
+    }
 }
 
 /// Entries a shard expires or drops per poll before it yields to the scheduler.

@@ -1,4 +1,4 @@
-//! Counters read without touching a mailbox (SPEC E9).
+//! Counters read without touching a mailbox (E9).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -87,7 +87,7 @@ pub struct ShardStats {
     /// Completed results stored (successes and cached failures).
     pub completed: u64,
     /// What the stored values weigh, with a [`weigher`](crate::EngineBuilder::weigher)
-    /// (SPEC E16); 0 without one.
+    /// (E16); 0 without one.
     pub bytes: u64,
 }
 
@@ -126,7 +126,7 @@ pub struct OutcomeCounts {
     pub mailbox_full: u64,
 }
 
-/// A snapshot of the engine's counters (SPEC E9), from [`Engine::stats`](crate::Engine::stats).
+/// A snapshot of the engine's counters (E9), from [`Engine::stats`](crate::Engine::stats).
 ///
 /// Reading it costs one relaxed load per counter per shard and sends no message, so scraping it
 /// every second — or every millisecond — under full load is cheap. Counts of different shards are
@@ -139,7 +139,7 @@ pub struct Stats {
     pub in_flight: u64,
     /// Completed results stored, all shards.
     pub completed: u64,
-    /// What the stored values weigh, all shards (with a weigher; SPEC E16).
+    /// What the stored values weigh, all shards (with a weigher; E16).
     pub bytes: u64,
     /// Outcome counters, all shards.
     pub outcomes: OutcomeCounts,

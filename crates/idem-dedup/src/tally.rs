@@ -1,7 +1,8 @@
 //! A shard's counters: tallied locally by the actor, published once per drain to the atomics that
-//! `stats()` reads and to the metrics facade (SPEC E9).
+//! `stats()` reads and to the metrics facade (E9).
 
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
 use crate::metrics as names;
 use crate::stats::{ShardCounters, Striped};
@@ -41,15 +42,31 @@ pub(crate) struct Publisher {
 }
 
 impl Publisher {
-    pub(crate) fn new(index: usize) -> Self {
+    /// The handles of shard `index` of the engine named `engine` (E9, E15).
+    pub(crate) fn new(index: usize, engine: &Arc<str>) -> Self {
+        let engine = metrics::SharedString::from(engine.clone());
         let shard = index.to_string();
-        let outcome =
-            |o: &'static str| metrics::counter!(names::CALLS_TOTAL, names::LABEL_OUTCOME => o);
+        let outcome = |o: &'static str| {
+            metrics::counter!(
+                names::CALLS_TOTAL,
+                names::LABEL_ENGINE => engine.clone(),
+                names::LABEL_OUTCOME => o
+            )
+        };
+        let per_shard = || {
+            [
+                (names::LABEL_ENGINE, engine.clone()),
+                (
+                    names::LABEL_SHARD,
+                    metrics::SharedString::from(shard.clone()),
+                ),
+            ]
+        };
         Publisher {
             index,
-            in_flight: metrics::gauge!(names::IN_FLIGHT, names::LABEL_SHARD => shard.clone()),
-            completed: metrics::gauge!(names::COMPLETED, names::LABEL_SHARD => shard.clone()),
-            expired: metrics::counter!(names::EXPIRED_TOTAL, names::LABEL_SHARD => shard),
+            in_flight: metrics::gauge!(names::IN_FLIGHT, &per_shard()),
+            completed: metrics::gauge!(names::COMPLETED, &per_shard()),
+            expired: metrics::counter!(names::EXPIRED_TOTAL, &per_shard()),
             calls: [
                 outcome("executed"),
                 outcome("joined"),

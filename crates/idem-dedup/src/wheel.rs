@@ -1,4 +1,4 @@
-//! A shard's timers: leases and expiries in three FIFO queues (SPEC E2, E6).
+//! A shard's timers: leases and expiries in three FIFO queues (E2, E6).
 //!
 //! Every deadline of one kind is "start + a fixed duration" — the lease for runs, the TTL for
 //! stored successes, the failure TTL for cached failures — and starts come in time order, so each
@@ -53,11 +53,11 @@ impl Clock {
 /// Which queue a deadline belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
-    /// A run's in-flight lease (SPEC E6).
+    /// A run's in-flight lease (E6).
     Lease = 0,
-    /// A stored success's TTL (SPEC E2).
+    /// A stored success's TTL (E2).
     Ttl = 1,
-    /// A cached failure's TTL (SPEC E3, E13).
+    /// A cached failure's TTL (E3, E13).
     FailureTtl = 2,
 }
 

@@ -298,7 +298,7 @@ async fn e7_full_engine_refuses_new_scopes_never_evicts_and_replays_work() {
     assert_eq!(out.kind(), OutcomeKind::Executed);
 }
 
-/// E7: the room a failed run frees (its entry is not stored, SPEC E3) is there for the very next
+/// E7: the room a failed run frees (its entry is not stored, E3) is there for the very next
 /// new scope on its shard. The shard counts its removals out of the engine-wide count in one
 /// update per turn, and before every reservation, so a full engine does not refuse for room it
 /// has just freed.

@@ -1,5 +1,6 @@
-//! E9: the engine's figures reach the `metrics` facade under the documented names and labels
-//! (`idem_dedup::metrics`), and `stats()` reports the same totals.
+//! E9, E15: the engine's figures reach the `metrics` facade under the documented names and
+//! labels (`idem_dedup::metrics`), each with the engine's name and a description, with latency
+//! histograms; and `stats()` reports the same totals.
 //!
 //! This file is a test binary of its own (its own process), so it installs a global
 //! `DebuggingRecorder`. Its tests share that recorder, so they run one at a time (`SERIAL`). A
@@ -66,28 +67,60 @@ fn serial<F: Future<Output = ()>>(test: impl FnOnce() -> F) {
 
 type Labels = Vec<(String, String)>;
 
-/// One snapshot, keyed by (kind, name, labels sorted by key).
+/// The name of engines built without one.
+const DEFAULT_ENGINE: &str = "default";
+
+/// One snapshot, keyed by (kind, name, labels sorted by key); with each metric's description.
 #[derive(Debug)]
-struct Snap(HashMap<(MetricKind, String, Labels), DebugValue>);
+struct Snap {
+    values: HashMap<(MetricKind, String, Labels), DebugValue>,
+    descriptions: HashMap<String, (Option<metrics::Unit>, String)>,
+}
 
 impl Snap {
     fn take() -> Snap {
-        let mut map = HashMap::new();
-        for (ck, _unit, _desc, value) in snapshotter().snapshot().into_vec() {
+        let mut values = HashMap::new();
+        let mut descriptions = HashMap::new();
+        for (ck, unit, desc, value) in snapshotter().snapshot().into_vec() {
             let (kind, key) = ck.into_parts();
             let mut labels: Labels = key
                 .labels()
                 .map(|l| (l.key().to_owned(), l.value().to_owned()))
                 .collect();
             labels.sort();
-            map.insert((kind, key.name().to_owned(), labels), value);
+            if let Some(desc) = desc {
+                descriptions.insert(key.name().to_owned(), (unit, desc.into_owned()));
+            }
+            values.insert((kind, key.name().to_owned(), labels), value);
         }
-        Snap(map)
+        Snap {
+            values,
+            descriptions,
+        }
     }
 
+    /// The series of `name` with `labels` (the engine label included), in any order.
+    fn series(&self, kind: MetricKind, name: &str, labels: &[(&str, &str)]) -> Option<&DebugValue> {
+        let mut labels: Labels = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        labels.sort();
+        self.values.get(&(kind, name.to_owned(), labels))
+    }
+
+    /// The series of the default engine with one more label.
     fn get(&self, kind: MetricKind, name: &str, label: (&str, &str)) -> Option<&DebugValue> {
-        let labels = vec![(label.0.to_owned(), label.1.to_owned())];
-        self.0.get(&(kind, name.to_owned(), labels))
+        let engine = (names::LABEL_ENGINE, DEFAULT_ENGINE);
+        self.series(kind, name, &[engine, label])
+    }
+
+    /// The values a histogram recorded since the last snapshot.
+    fn histogram(&self, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
+        match self.series(MetricKind::Histogram, name, labels) {
+            Some(DebugValue::Histogram(v)) => v.iter().map(|f| f.into_inner()).collect(),
+            other => panic!("histogram {name}{labels:?}: {other:?}"),
+        }
     }
 
     fn counter(&self, name: &str, label: (&str, &str)) -> u64 {
@@ -125,7 +158,7 @@ impl Snap {
     }
 
     fn names(&self) -> Vec<&str> {
-        let mut v: Vec<&str> = self.0.keys().map(|(_, n, _)| n.as_str()).collect();
+        let mut v: Vec<&str> = self.values.keys().map(|(_, n, _)| n.as_str()).collect();
         v.sort_unstable();
         v.dedup();
         v
@@ -201,6 +234,15 @@ fn e9_metric_names_are_the_documented_ones() {
     assert_eq!(names::EXPIRED_TOTAL, "idem_dedup_expired_total");
     assert_eq!(names::LABEL_SHARD, "shard");
     assert_eq!(names::LABEL_OUTCOME, "outcome");
+    assert_eq!(names::LABEL_ENGINE, "engine");
+    assert_eq!(names::EXECUTE_SECONDS, "idem_dedup_execute_seconds");
+    assert_eq!(names::JOIN_WAIT_SECONDS, "idem_dedup_join_wait_seconds");
+    assert_eq!(names::TIER_CALLS_TOTAL, "idem_tier_calls_total");
+    assert_eq!(
+        names::TIER_ROUND_TRIP_SECONDS,
+        "idem_tier_round_trip_seconds"
+    );
+    assert_eq!(names::LABEL_OP, "op");
     for kind in [
         OutcomeKind::Executed,
         OutcomeKind::Joined,
@@ -294,8 +336,10 @@ fn e9_metrics_report_gauges_and_calls_by_outcome() {
             [
                 names::CALLS_TOTAL,
                 names::COMPLETED,
+                names::EXECUTE_SECONDS,
                 names::EXPIRED_TOTAL,
-                names::IN_FLIGHT
+                names::IN_FLIGHT,
+                names::JOIN_WAIT_SECONDS,
             ],
             "only the documented metrics"
         );
@@ -432,5 +476,177 @@ fn e9_stats_report_the_same_totals_as_the_metrics() {
         assert_eq!(st.entries(), 29);
         assert_eq!(st.shards.len(), 4);
         assert_eq!(st.shards.iter().map(|s| s.completed).sum::<u64>(), 29);
+    });
+}
+
+/// E15: two engines in one process report under their own `engine` label, so their figures
+/// neither add up nor overwrite each other.
+#[test]
+fn e15_two_engines_keep_their_figures_apart_by_name() {
+    serial(|| async {
+        let orders = Engine::<u64>::builder()
+            .name("orders")
+            .shards(1)
+            .build()
+            .unwrap();
+        let refunds = Engine::<u64>::builder()
+            .name("refunds")
+            .shards(1)
+            .build()
+            .unwrap();
+        Snap::take(); // start from zero
+        let x = fp("x");
+        for i in 0..3 {
+            let s = scope(&format!("order-e15-{i:04}"));
+            orders.execute(&s, x, || async { Ok(1) }).await.unwrap();
+        }
+        let s = scope("refund-e15-0001");
+        refunds.execute(&s, x, || async { Ok(2) }).await.unwrap();
+        refunds.execute(&s, x, || async { Ok(3) }).await.unwrap(); // replayed
+        for engine in [&orders, &refunds] {
+            assert_eq!(engine.lookup(&scope("probe-e15-0000")).await.unwrap(), None);
+        }
+        let snap = Snap::take();
+        let calls = |engine: &str, outcome: &str| match snap.series(
+            MetricKind::Counter,
+            names::CALLS_TOTAL,
+            &[
+                (names::LABEL_ENGINE, engine),
+                (names::LABEL_OUTCOME, outcome),
+            ],
+        ) {
+            Some(DebugValue::Counter(n)) => *n,
+            other => panic!("{engine}/{outcome}: {other:?}"),
+        };
+        assert_eq!(calls("orders", "executed"), 3);
+        assert_eq!(calls("orders", "replayed"), 0);
+        assert_eq!(calls("refunds", "executed"), 1);
+        assert_eq!(calls("refunds", "replayed"), 1);
+        let completed = |engine: &str| match snap.series(
+            MetricKind::Gauge,
+            names::COMPLETED,
+            &[(names::LABEL_ENGINE, engine), (names::LABEL_SHARD, "0")],
+        ) {
+            Some(DebugValue::Gauge(g)) => g.into_inner(),
+            other => panic!("{engine}: {other:?}"),
+        };
+        assert_eq!((completed("orders"), completed("refunds")), (3.0, 1.0));
+        // Every series carries the engine label.
+        for (_, name, labels) in snap.values.keys() {
+            assert!(
+                labels.iter().any(|(k, _)| k == names::LABEL_ENGINE),
+                "{name}{labels:?} has no engine label"
+            );
+        }
+    });
+}
+
+/// E15: an engine name is 1-64 characters of `A-Z a-z 0-9 _ - .`; others are refused with a
+/// message that says so.
+#[test]
+fn e15_an_engine_name_outside_the_rule_is_refused() {
+    serial(|| async {
+        for bad in ["", "two words", "ünicode", &"x".repeat(65)] {
+            let err = Engine::<u64>::builder().name(bad).build().unwrap_err();
+            assert!(
+                err.to_string().contains("1-64 characters"),
+                "{bad:?}: {err}"
+            );
+        }
+        for good in ["orders", "orders-v2.eu_west", &"x".repeat(64)] {
+            assert!(
+                Engine::<u64>::builder().name(good).build().is_ok(),
+                "{good:?}"
+            );
+        }
+    });
+}
+
+/// E15: the execute histogram times, by outcome, the calls that reached the shard — here on
+/// tokio's paused clock, so the times are exact: a leader whose action takes 2 s, its duplicate
+/// that waited for it (in the join-wait histogram too), a conflict answered at once. A replay
+/// served by the read path is not timed.
+#[test]
+fn e15_latency_histograms_time_the_calls_that_reached_the_shard() {
+    serial(|| async {
+        let engine = Engine::<u64>::builder().shards(1).build().unwrap();
+        Snap::take(); // start from zero
+        let s = scope("order-e15-hist");
+        let x = fp("x");
+        let leader = tokio::spawn({
+            let (engine, s) = (engine.clone(), s.clone());
+            async move {
+                let action = || async {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    Ok(7)
+                };
+                engine.execute(&s, x, action).await
+            }
+        });
+        settle_until("in flight", || engine.stats().in_flight == 1).await;
+        let joiner = tokio::spawn({
+            let (engine, s) = (engine.clone(), s.clone());
+            async move { engine.execute(&s, x, || async { Ok(9) }).await }
+        });
+        settle_until("joined", || engine.stats().outcomes.joined == 1).await;
+        let conflict = engine.execute(&s, fp("y"), || async { Ok(9) }).await;
+        assert_eq!(conflict.unwrap_err(), DedupError::Conflict);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(leader.await.unwrap().unwrap().kind(), OutcomeKind::Executed);
+        assert_eq!(joiner.await.unwrap().unwrap().kind(), OutcomeKind::Joined);
+        settle_until("stored", || engine.stats().completed == 1).await;
+        let replay = engine.execute(&s, x, || async { Ok(9) }).await.unwrap();
+        assert_eq!(replay.kind(), OutcomeKind::Replayed);
+
+        let snap = Snap::take();
+        let execute = |outcome: &str| {
+            let labels = [
+                (names::LABEL_ENGINE, DEFAULT_ENGINE),
+                (names::LABEL_OUTCOME, outcome),
+            ];
+            snap.histogram(names::EXECUTE_SECONDS, &labels)
+        };
+        assert_eq!(execute("executed"), [2.0]);
+        assert_eq!(execute("joined"), [2.0]);
+        assert_eq!(execute("conflict"), [0.0]);
+        assert_eq!(
+            execute("replayed"),
+            Vec::<f64>::new(),
+            "read-path replays are not timed"
+        );
+        let join_wait = [(names::LABEL_ENGINE, DEFAULT_ENGINE)];
+        assert_eq!(snap.histogram(names::JOIN_WAIT_SECONDS, &join_wait), [2.0]);
+    });
+}
+
+/// E15: every metric of the engine has a description (Prometheus `# HELP`), and the histograms
+/// are in seconds.
+#[test]
+fn e15_every_metric_is_described() {
+    serial(|| async {
+        let engine = Engine::<u64>::builder().shards(1).build().unwrap();
+        engine
+            .execute(&scope("order-e15-desc"), fp("x"), || async { Ok(1) })
+            .await
+            .unwrap();
+        publish_all(&engine).await;
+        let snap = Snap::take();
+        for name in [
+            names::IN_FLIGHT,
+            names::COMPLETED,
+            names::CALLS_TOTAL,
+            names::EXPIRED_TOTAL,
+            names::EXECUTE_SECONDS,
+            names::JOIN_WAIT_SECONDS,
+        ] {
+            let (_, text) = snap
+                .descriptions
+                .get(name)
+                .unwrap_or_else(|| panic!("{name} has no description"));
+            assert!(text.len() > 10, "{name}: {text:?}");
+        }
+        for name in [names::EXECUTE_SECONDS, names::JOIN_WAIT_SECONDS] {
+            assert_eq!(snap.descriptions[name].0, Some(metrics::Unit::Seconds));
+        }
     });
 }

@@ -457,7 +457,7 @@ impl Model {
     ///
     /// The engine counts no outcome for a forgotten run (not `abandoned`, although
     /// `OutcomeCounts::abandoned` documents "or forgotten"), and nothing when that run ends later
-    /// (not `lease_expired` either). SPEC is silent on these counters; the model follows the engine.
+    /// (not `lease_expired` either). REQUIREMENTS.md is silent on these counters; the model follows the engine.
     fn forget(&mut self, s: usize) -> bool {
         match self.slots[s].take() {
             None => false,

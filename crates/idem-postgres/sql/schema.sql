@@ -1,4 +1,4 @@
--- idem-postgres schema, version 1 (SPEC D4). Applied by `idem_postgres::migrate`, which replaces
+-- idem-postgres schema, version 1 (D4). Applied by `idem_postgres::migrate`, which replaces
 -- __SCHEMA__ with the schema's quoted name and runs this file as one implicit transaction under
 -- an advisory lock, so any number of instances may apply it at once. Every statement is
 -- idempotent: applying it again changes nothing but the functions' bodies.

@@ -1,4 +1,4 @@
-//! The Redis tier on loopback (SPEC D1–D3; issue 14's item "Redis at pipeline speed").
+//! The Redis tier on loopback (D1–D3; issue 14's item "Redis at pipeline speed").
 //!
 //! Starts its own `redis-server` on a free port, then prints a table of **paired runs**: every
 //! round runs each variant once, in a rotating order, on unique keys, 64 operations in flight, all

@@ -87,7 +87,7 @@ impl From<redis::RedisError> for ConnectError {
 /// | setting | default | why |
 /// |---|---|---|
 /// | [`prefix`](Self::prefix) | `idem:` | keys are `idem:{<digest>}`, `…:fence`, channel `…:done` |
-/// | [`command_timeout`](Self::command_timeout) | 1 s | every Redis call; past it: `UNAVAILABLE` (SPEC D3) |
+/// | [`command_timeout`](Self::command_timeout) | 1 s | every Redis call; past it: `UNAVAILABLE` (D3) |
 /// | [`connect_timeout`](Self::connect_timeout) | 1 s | each (re)connection attempt |
 /// | [`startup_timeout`](Self::startup_timeout) | 10 s | `connect` retries while Redis is still starting (connection refused, `LOADING`) |
 /// | [`allow_volatile`](Self::allow_volatile) | `false` | a Redis without an append-only file is refused ([`ConnectError::Volatile`]): its restart loses acknowledged records |
@@ -169,7 +169,7 @@ impl RedisTierBuilder {
     }
 
     /// The time limit of every Redis call; a call that passes it answers `UNAVAILABLE`
-    /// (SPEC D3). Default: 1 s.
+    /// (D3). Default: 1 s.
     pub const fn command_timeout(mut self, d: Duration) -> Self {
         self.command_timeout = d;
         self

@@ -1,5 +1,5 @@
 //! Completion notices through pub/sub, so waiting instances wake when the holder completes
-//! (SPEC D2).
+//! (D2).
 //!
 //! Each [`RedisTier`](crate::RedisTier) keeps one subscriber connection with one pattern
 //! subscription to every completion channel under its prefix (`P{*}:done`). Completion scripts

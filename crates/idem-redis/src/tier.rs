@@ -1,4 +1,4 @@
-//! [`RedisTier`]: the [`RemoteTier`] on Redis or Redis Cluster (SPEC D1–D3).
+//! [`RedisTier`]: the [`RemoteTier`] on Redis or Redis Cluster (D1–D3).
 
 use std::fmt;
 use std::pin::pin;
@@ -23,7 +23,7 @@ use crate::persistence::Persistence;
 use crate::scripts::{claim_reply, complete_reply, ClaimReply, Scripts};
 
 /// The Redis tier: claims, completions and waits on one Redis server or one Redis Cluster
-/// (SPEC D1–D3). Cheap to clone (clones share the connections).
+/// (D1–D3). Cheap to clone (clones share the connections).
 ///
 /// Build it with [`RedisTier::builder`] and put it behind a [`TieredEngine`](crate::TieredEngine);
 /// see the [crate docs](crate) for the protocol, the key layout and the defaults.

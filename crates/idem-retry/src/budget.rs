@@ -1,4 +1,4 @@
-//! The retry budget: a cap on retries across all calls (SPEC R5).
+//! The retry budget: a cap on retries across all calls (R5).
 //!
 //! # Why a budget and not only max attempts?
 //!
@@ -19,12 +19,12 @@ use tokio::time::Instant;
 
 use crate::policy::InvalidPolicy;
 
-/// Default cap on retries as a fraction of requests in the window (SPEC R5).
+/// Default cap on retries as a fraction of requests in the window (R5).
 pub const DEFAULT_BUDGET_RATIO: f64 = 0.1;
 /// Default floor: 10 retries per second always allowed, whatever the ratio says, in bursts of at
-/// most 10 (SPEC R5; see [`RetryBudgetBuilder::min_per_sec`]).
+/// most 10 (R5; see [`RetryBudgetBuilder::min_per_sec`]).
 pub const DEFAULT_MIN_RETRIES_PER_SEC: u32 = 10;
-/// Default length of the sliding window (SPEC R5).
+/// Default length of the sliding window (R5).
 pub const DEFAULT_BUDGET_WINDOW: Duration = Duration::from_secs(10);
 
 /// The window is kept as this many slots; the oldest slot drops out as time moves on.
@@ -34,7 +34,7 @@ const SLOTS: usize = 10;
 /// so integer arithmetic is exact (no float drift between refills).
 const TOKEN: u128 = 1_000_000_000;
 
-/// A sliding-window retry budget, shared by every call and task that holds a clone (SPEC R5).
+/// A sliding-window retry budget, shared by every call and task that holds a clone (R5).
 ///
 /// Each call [`deposit`](Self::deposit)s once; each retry must [`try_withdraw`](Self::try_withdraw).
 /// A withdrawal is allowed when either
@@ -269,7 +269,7 @@ impl RetryBudgetBuilder {
         self
     }
 
-    /// The floor: retries per second allowed whatever the ratio says (SPEC R5). Default: 10
+    /// The floor: retries per second allowed whatever the ratio says (R5). Default: 10
     /// ([`DEFAULT_MIN_RETRIES_PER_SEC`]); 0 = no floor.
     ///
     /// Exactly: a token bucket that holds at most `n` tokens, starts full and refills at `n`

@@ -1,8 +1,8 @@
-//! What the caller declares about one call, and what each attempt is told (SPEC S1–S3, R6).
+//! What the caller declares about one call, and what each attempt is told (S1–S3, R6).
 
 use idem_core::{Deadline, IdempotencyKey};
 
-/// What makes a call safe to repeat; decides whether it may be retried at all (SPEC S1, S2).
+/// What makes a call safe to repeat; decides whether it may be retried at all (S1, S2).
 ///
 /// | kind | delivery | retried? |
 /// |---|---|---|
@@ -37,7 +37,7 @@ impl CallKind {
 /// One logical call as the caller declares it: its [`CallKind`], its key, its overall deadline and
 /// whether its `INTERNAL`/`UNKNOWN` failures are transient.
 ///
-/// The key is made **once**, before the first attempt, and every attempt carries it (SPEC K2, R6);
+/// The key is made **once**, before the first attempt, and every attempt carries it (K2, R6);
 /// the retrier never makes a new one.
 ///
 /// # Examples
@@ -89,7 +89,7 @@ impl Call {
         }
     }
 
-    /// A non-idempotent call with no key: at-most-once, never retried (SPEC S2).
+    /// A non-idempotent call with no key: at-most-once, never retried (S2).
     pub const fn non_idempotent() -> Self {
         Call {
             idempotent: false,
@@ -113,7 +113,7 @@ impl Call {
     }
 
     /// Declares this call's `INTERNAL` and `UNKNOWN` failures transient. They are then retried if the
-    /// call is also [`Idempotent`](CallKind::Idempotent) (SPEC R2); otherwise this has no effect.
+    /// call is also [`Idempotent`](CallKind::Idempotent) (R2); otherwise this has no effect.
     pub const fn declare_transient(mut self) -> Self {
         self.transient_declared = true;
         self
@@ -145,7 +145,7 @@ impl Call {
 }
 
 /// What one attempt is told: the call's key (the same on every attempt), the attempt number and
-/// the call's deadline (SPEC R6).
+/// the call's deadline (R6).
 ///
 /// Send [`key`](Self::key) as the idempotency-key header and
 /// [`previous_attempts`](Self::previous_attempts) as `grpc-previous-rpc-attempts`.

@@ -1,4 +1,4 @@
-//! Which failures are worth another attempt (SPEC R2, S2, S3).
+//! Which failures are worth another attempt (R2, S2, S3).
 //!
 //! A retry must be able to succeed *and* must not add a side effect. The first half comes from
 //! the status code and reason (a bad argument fails the same way every time); the second from the
@@ -37,7 +37,7 @@ use crate::call::{Call, CallKind};
 ///     }
 ///     fn reason(&self) -> Option<&Reason> {
 ///         match self {
-///             // Reset after the request went out: the outcome is unknown (SPEC S3).
+///             // Reset after the request went out: the outcome is unknown (S3).
 ///             ShopError::ConnectionReset => Some(&Reason::UNKNOWN_OUTCOME),
 ///             _ => None,
 ///         }
@@ -72,13 +72,13 @@ pub trait Classify {
     }
 
     /// The server's retry-after hint (RetryInfo, `grpc-retry-pushback-ms`, `Retry-After`): the
-    /// exact wait before the next attempt (SPEC R8). A zero hint counts as none: the policy's
-    /// backoff applies, since a retry is never immediate (SPEC R2). Default: `None`.
+    /// exact wait before the next attempt (R8). A zero hint counts as none: the policy's
+    /// backoff applies, since a retry is never immediate (R2). Default: `None`.
     fn retry_after(&self) -> Option<Duration> {
         None
     }
 
-    /// Whether the server asked for no retry at all (SPEC R8). gRPC A6 reads a
+    /// Whether the server asked for no retry at all (R8). gRPC A6 reads a
     /// `grpc-retry-pushback-ms` that is negative, not a number or given more than once that way;
     /// the error then ends the call ([`NotRetryable::Pushback`]) whatever its code. Default:
     /// `false`.
@@ -142,17 +142,17 @@ pub enum NotRetryable {
     /// The code fails the same way every time (`INVALID_ARGUMENT`, `NOT_FOUND`, ...) or the caller
     /// gave up (`CANCELLED`).
     Permanent,
-    /// A retry could repeat a side effect: the call is neither idempotent nor keyed (SPEC S2), or an
+    /// A retry could repeat a side effect: the call is neither idempotent nor keyed (S2), or an
     /// `INTERNAL`/`UNKNOWN` failure hit a call that is not idempotent.
     Unsafe,
     /// `INTERNAL`/`UNKNOWN` without the caller declaring them transient.
     NotTransient,
-    /// The server's pushback said not to retry ([`Classify::forbids_retry`], SPEC R8).
+    /// The server's pushback said not to retry ([`Classify::forbids_retry`], R8).
     Pushback,
 }
 
-/// The classifier's verdict on one failure (SPEC R2). The retrier still checks attempts, deadline
-/// and budget (SPEC R3, R5) before acting on a retry.
+/// The classifier's verdict on one failure (R2). The retrier still checks attempts, deadline
+/// and budget (R3, R5) before acting on a retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Decision {
     /// Retry after the wait.
@@ -195,7 +195,7 @@ impl Decision {
     }
 }
 
-/// Classifies one failure of `call` (SPEC R2, S2, S3).
+/// Classifies one failure of `call` (R2, S2, S3).
 ///
 /// In order:
 /// 1. `OK` is not a failure. `CANCELLED`, `INVALID_ARGUMENT`, `NOT_FOUND`, `ALREADY_EXISTS`,
@@ -203,12 +203,12 @@ impl Decision {
 ///    `UNAUTHENTICATED` are permanent, whatever the reason says.
 /// 2. A call that is neither idempotent nor keyed is never retried (S2).
 /// 3. A server that forbids the retry ([`Classify::forbids_retry`]: a negative, malformed or
-///    repeated `grpc-retry-pushback-ms`, SPEC R8) is obeyed, whatever the code.
+///    repeated `grpc-retry-pushback-ms`, R8) is obeyed, whatever the code.
 /// 4. `DEADLINE_EXCEEDED` is retried only within the call's deadline, whatever the reason.
 ///    Reasons refine the other codes: `RATE_LIMITED` is handled as `RESOURCE_EXHAUSTED`,
 ///    `STOCK_CONFLICT` as `ABORTED`, `UPSTREAM_UNAVAILABLE` and `UNKNOWN_OUTCOME` as
 ///    `UNAVAILABLE`, and `REQUEST_IN_FLIGHT` (the server is still running the first attempt,
-///    SPEC E14) as a plain retry: resending the same key then gets the stored result. An unknown
+///    E14) as a plain retry: resending the same key then gets the stored result. An unknown
 ///    outcome (connection lost after send, S3) is thus retried only for an idempotent call or
 ///    with the call's one key, which every attempt carries (R6).
 /// 5. `UNAVAILABLE`: backoff. `RESOURCE_EXHAUSTED`: the server's retry-after if it gave a
@@ -217,7 +217,7 @@ impl Decision {
 ///    is idempotent.
 ///
 /// On any retryable failure, a non-zero server retry-after (pushback) replaces the backoff: the
-/// wait is exactly that long, with no jitter and no cap (SPEC R8).
+/// wait is exactly that long, with no jitter and no cap (R8).
 ///
 /// ```
 /// use idem_core::{Code, IdempotencyKey, Reason, Status};

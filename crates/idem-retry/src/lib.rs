@@ -5,7 +5,7 @@
 //! [`Retrier`] that ties them together for any async operation. No tower needed; `idem-tower`'s
 //! client layer builds on it.
 //!
-//! # Delivery semantics (SPEC S1)
+//! # Delivery semantics (S1)
 //!
 //! A call that failed may or may not have run on the server. What a client does about that picks
 //! one of three guarantees, each with its cost:
@@ -16,7 +16,7 @@
 //! | **at-least-once** | retry, no key | a retry after a lost reply runs the side effect twice |
 //! | **effectively-once** | retry with one stable key + server dedup | the server stores each result for a TTL, one lookup per write; the client keeps the key for the whole intent |
 //!
-//! At-most-once: a non-idempotent call with no key is never retried (SPEC S2).
+//! At-most-once: a non-idempotent call with no key is never retried (S2).
 //!
 //! ```
 //! use idem_core::Code;
@@ -100,7 +100,7 @@
 //! # }
 //! ```
 //!
-//! # Retry at one layer only (SPEC R7)
+//! # Retry at one layer only (R7)
 //!
 //! Retries multiply across layers. If the gateway, the order service and the stock service each
 //! make 3 attempts, one failing stock call becomes 3 × 3 × 3 = **27** calls to the stock database,
@@ -108,14 +108,14 @@
 //! inner layers report failures at once. The server-side dedup layer never retries. A
 //! [`RetryBudget`] is the second guard: even at one layer, retries stay a small fraction of load.
 //!
-//! # Why the retrier never sleeps (SPEC R4)
+//! # Why the retrier never sleeps (R4)
 //!
 //! It runs on executor threads shared with many other tasks; putting the thread to sleep would stall them
 //! all for the whole backoff (the workspace's clippy config bans it). Every wait is a future from a
 //! [`Scheduler`] — tokio's timer by default ([`TokioScheduler`]), a [`VirtualScheduler`] in tests,
 //! which runs a whole retry sequence instantly and records each delay.
 //!
-//! # Server pushback (SPEC R8)
+//! # Server pushback (R8)
 //!
 //! A server that knows when it can take the call again says so, and the retrier follows it as
 //! gRPC A6 says: a valid pushback ([`Classify::retry_after`]) sets the next wait exactly (no
@@ -164,7 +164,7 @@
 //!
 //! # Where things are
 //!
-//! | file | what | SPEC |
+//! | file | what | requirement |
 //! |---|---|---|
 //! | `policy.rs`, `random.rs` | [`RetryPolicy`], jitter sources | R1 |
 //! | `call.rs` | [`Call`], [`CallKind`], [`Attempt`] | S1–S3, R6 |

@@ -1,4 +1,4 @@
-//! Metric names and labels, documented in one place (SPEC R5, T3).
+//! Metric names and labels, documented in one place (R5, T3).
 //!
 //! The retrier reports to the [`metrics`](https://docs.rs/metrics) facade; install any recorder
 //! (the Prometheus exporter, for one) to collect them. Without a recorder they cost nothing.
@@ -10,7 +10,22 @@
 //! | [`GIVE_UPS`] `idem_retry_give_ups_total` | counter | `reason` = `not_retryable`, `attempts`, `deadline`, `budget`, `pushback` | calls that ended on a failure, by why no further retry was made |
 //!
 //! The same figures are kept in-process by each [`Retrier`](crate::Retrier)
-//! ([`Retrier::stats`](crate::Retrier::stats)).
+//! ([`Retrier::stats`](crate::Retrier::stats)). Every metric is [described](describe).
+//!
+//! # Tracing (E15)
+//!
+//! Each call of a [`Retrier`](crate::Retrier) is a span, target `idem_retry`, at `DEBUG`:
+//!
+//! | span | fields |
+//! |---|---|
+//! | `idem_retry.call` | `kind` ([`CallKind::as_str`](crate::CallKind::as_str)); when it ends, `attempts` and `outcome`: `ok`, or [`GiveUp::as_str`] |
+//!
+//! and two `DEBUG` events in it: `idem_retry.retry` before each retry (`attempt`, the number of
+//! the attempt about to start; `delay_ms`; `pushback`, whether the server set the delay; `code`,
+//! the failure's) and `idem_retry.give_up` when a call ends on a failure (`reason`, `attempts`,
+//! `code`). None of them is a warning, not even a spent budget: in an outage that is one per
+//! call, and the budget doing its job; alert on `idem_retry_give_ups_total{reason="budget"}`.
+//! The key is never logged.
 
 use std::fmt;
 
@@ -26,16 +41,16 @@ pub const REASON: &str = "reason";
 /// Why a failed call was not retried again; the `reason` label of [`GIVE_UPS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GiveUp {
-    /// The classifier said no (SPEC R2, S2), or the refresh step of an `ABORTED` call was missing
+    /// The classifier said no (R2, S2), or the refresh step of an `ABORTED` call was missing
     /// or failed.
     NotRetryable,
-    /// Every attempt of the policy was used (SPEC R1).
+    /// Every attempt of the policy was used (R1).
     Attempts,
-    /// The remaining deadline does not cover the wait plus a minimum attempt (SPEC R3).
+    /// The remaining deadline does not cover the wait plus a minimum attempt (R3).
     Deadline,
-    /// The retry budget refused (SPEC R5).
+    /// The retry budget refused (R5).
     Budget,
-    /// The server's pushback said not to retry (SPEC R8): under gRPC A6 a
+    /// The server's pushback said not to retry (R8): under gRPC A6 a
     /// `grpc-retry-pushback-ms` that is negative, malformed or repeated
     /// ([`Classify::forbids_retry`](crate::Classify::forbids_retry)).
     Pushback,
@@ -86,8 +101,9 @@ impl fmt::Display for GiveUp {
     }
 }
 
-/// Registers the descriptions of every metric above with the installed recorder. Optional; call it
-/// once after installing a recorder.
+/// Registers the descriptions of every metric above (the Prometheus `# HELP` lines) with the
+/// installed recorder. [`Retrier::new`](crate::Retrier::new) calls it, so a recorder installed
+/// before the retrier is built gets them; call it yourself for a recorder installed later.
 pub fn describe() {
     metrics::describe_counter!(ATTEMPTS, "Attempts made, first ones included.");
     metrics::describe_counter!(RETRIES, "Retries started (attempts after the first).");

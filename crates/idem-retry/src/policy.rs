@@ -1,4 +1,4 @@
-//! The backoff policy (SPEC R1): how many attempts, and how long to wait between them.
+//! The backoff policy (R1): how many attempts, and how long to wait between them.
 
 use std::fmt;
 use std::sync::Arc;
@@ -6,21 +6,21 @@ use std::time::Duration;
 
 use crate::random::{RandomSource, SplitMix64};
 
-/// Default total attempts, the first one included (SPEC R1).
+/// Default total attempts, the first one included (R1).
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
-/// Default delay after the first failure (SPEC R1).
+/// Default delay after the first failure (R1).
 pub const DEFAULT_BASE_DELAY: Duration = Duration::from_millis(20);
-/// Default growth factor between consecutive delays (SPEC R1).
+/// Default growth factor between consecutive delays (R1).
 pub const DEFAULT_MULTIPLIER: f64 = 2.0;
-/// Default cap on the un-jittered delay (SPEC R1).
+/// Default cap on the un-jittered delay (R1).
 pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(1);
-/// Default jitter: each delay is scaled by a uniform factor in `[1 - 0.2, 1 + 0.2)` (SPEC R1).
+/// Default jitter: each delay is scaled by a uniform factor in `[1 - 0.2, 1 + 0.2)` (R1).
 pub const DEFAULT_JITTER: f64 = 0.2;
 /// Default minimum time one attempt needs; a retry that would leave less than this before the
-/// deadline is not started (SPEC R3).
+/// deadline is not started (R3).
 pub const DEFAULT_MIN_ATTEMPT_TIME: Duration = Duration::from_millis(50);
 
-/// How often and how patiently a call is retried (SPEC R1, R3).
+/// How often and how patiently a call is retried (R1, R3).
 ///
 /// The delay after the `n`-th failure (`n` from 1) is
 /// `min(base_delay · multiplier^(n-1), max_delay) · U(1 - jitter, 1 + jitter)`.
@@ -105,7 +105,7 @@ impl RetryPolicy {
         self.jitter
     }
 
-    /// The least time an attempt needs; a retry is not started with less left (SPEC R3).
+    /// The least time an attempt needs; a retry is not started with less left (R3).
     pub const fn min_attempt_time(&self) -> Duration {
         self.min_attempt_time
     }
@@ -153,7 +153,7 @@ fn scale(d: Duration, factor: f64) -> Duration {
 }
 
 impl Default for RetryPolicy {
-    /// 3 attempts, 20 ms, ×2, 1 s cap, ±20% jitter, 50 ms minimum attempt time (SPEC R1, R3).
+    /// 3 attempts, 20 ms, ×2, 1 s cap, ±20% jitter, 50 ms minimum attempt time (R1, R3).
     fn default() -> Self {
         RetryPolicy {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
@@ -238,7 +238,7 @@ impl RetryPolicyBuilder {
         self
     }
 
-    /// The least time an attempt needs (SPEC R3). Any value is valid; zero disables the margin.
+    /// The least time an attempt needs (R3). Any value is valid; zero disables the margin.
     pub const fn min_attempt_time(mut self, d: Duration) -> Self {
         self.min_attempt_time = d;
         self

@@ -1,5 +1,5 @@
 //! The retrier: runs an async operation, retrying it by the policy, the classifier, the deadline
-//! and the budget, waiting through the scheduler (SPEC R1–R6, S2, S3).
+//! and the budget, waiting through the scheduler (R1–R6, S2, S3).
 
 use std::future::{self, Future, Ready};
 use std::sync::Arc;
@@ -13,27 +13,28 @@ use crate::metrics::GiveUp;
 use crate::policy::RetryPolicy;
 use crate::scheduler::{Scheduler, TokioScheduler};
 use crate::stats::{Counters, RetryStats};
+use tracing::Instrument;
 
 /// Retries any async operation `FnMut(Attempt) -> impl Future<Output = Result<T, E>>`; usable
 /// without tower.
 ///
 /// For each call: the first attempt always runs. After a failure the retrier
-/// 1. [`classify`]s it against the [`Call`] (SPEC R2, S2, S3), and stops if it is not retryable
-///    or the server's pushback forbids a retry (SPEC R8);
+/// 1. [`classify`]s it against the [`Call`] (R2, S2, S3), and stops if it is not retryable
+///    or the server's pushback forbids a retry (R8);
 /// 2. stops if the attempts are used up, or if the remaining deadline does not cover the wait plus
-///    the policy's minimum attempt time (SPEC R3) — never starting a hopeless attempt, never
+///    the policy's minimum attempt time (R3) — never starting a hopeless attempt, never
 ///    waiting past the deadline;
-/// 3. asks the [`RetryBudget`] for a retry (SPEC R5), and stops if refused;
-/// 4. waits through the [`Scheduler`] (SPEC R4): exactly the server's pushback if it sent one,
+/// 3. asks the [`RetryBudget`] for a retry (R5), and stops if refused;
+/// 4. waits through the [`Scheduler`] (R4): exactly the server's pushback if it sent one,
 ///    else the policy's backoff. The backoff counts the failures since the last pushback, so the
-///    first backoff after a pushback is the base delay again, then ×2, ... (gRPC A6, SPEC R8);
+///    first backoff after a pushback is the base delay again, then ×2, ... (gRPC A6, R8);
 /// 5. for `ABORTED`, runs the caller's refresh step ([`call_with_refresh`](Self::call_with_refresh));
-/// 6. runs the next attempt with the **same key** and the next attempt number (SPEC R6).
+/// 6. runs the next attempt with the **same key** and the next attempt number (R6).
 ///
 /// When it stops it returns the last error unchanged and counts why ([`GiveUp`]);
 /// [`call_reporting`](Self::call_reporting) returns the why and the attempt count with it.
 ///
-/// Clones share the policy, budget, scheduler and counters. Retry at one layer only (SPEC R7): a
+/// Clones share the policy, budget, scheduler and counters. Retry at one layer only (R7): a
 /// retrier inside a server handler multiplies with the client's.
 ///
 /// # Default
@@ -97,6 +98,7 @@ pub struct Retrier<S = TokioScheduler> {
 impl Retrier<TokioScheduler> {
     /// A retrier with `policy`, its own default [`RetryBudget`] and the tokio scheduler.
     pub fn new(policy: RetryPolicy) -> Self {
+        crate::metrics::describe();
         Retrier {
             policy,
             budget: RetryBudget::new(),
@@ -275,12 +277,45 @@ impl<S: Scheduler> Retrier<S> {
             .map_err(RetryError::into_error)
     }
 
-    async fn run<T, E, F, Fut, R>(
+    /// A retried call in its span (E15): `idem_retry.call`, at `DEBUG`, with the call's
+    /// kind, and, once it ends, its attempts and its outcome (`ok`, or why it gave up).
+    async fn run<T, E, F, Fut, R>(&self, call: &Call, op: F, refresh: R) -> Result<T, RetryError<E>>
+    where
+        F: FnMut(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify,
+        R: RefreshStep<E>,
+    {
+        let span = tracing::debug_span!(
+            target: "idem_retry",
+            "idem_retry.call",
+            kind = call.kind().as_str(),
+            attempts = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        if span.is_disabled() {
+            return self.attempts(call, op, refresh).await.map(|(v, _)| v);
+        }
+        let result = self
+            .attempts(call, op, refresh)
+            .instrument(span.clone())
+            .await;
+        let (attempts, outcome) = match &result {
+            Ok((_, n)) => (*n, "ok"),
+            Err(e) => (e.attempts(), e.reason().as_str()),
+        };
+        span.record("attempts", attempts);
+        span.record("outcome", outcome);
+        result.map(|(v, _)| v)
+    }
+
+    /// The attempts of one call; a success comes with the number of attempts it took.
+    async fn attempts<T, E, F, Fut, R>(
         &self,
         call: &Call,
         mut op: F,
         mut refresh: R,
-    ) -> Result<T, RetryError<E>>
+    ) -> Result<(T, u32), RetryError<E>>
     where
         F: FnMut(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
@@ -291,13 +326,13 @@ impl<S: Scheduler> Retrier<S> {
         self.budget.deposit();
         let mut number: u32 = 1;
         // The `n` of `delay_after(n)`: failures since the call began or since the last pushback,
-        // so a backoff after a pushback starts again at the base delay (gRPC A6, SPEC R8).
+        // so a backoff after a pushback starts again at the base delay (gRPC A6, R8).
         let mut backoff_step: u32 = 1;
         loop {
             self.counters.attempt();
             let attempt = Attempt::new(call.key().cloned(), number, call.deadline().copied());
             let err = match op(attempt).await {
-                Ok(v) => return Ok(v),
+                Ok(v) => return Ok((v, number)),
                 Err(e) => e,
             };
             let (wait, refreshing) = match classify(&err, call) {
@@ -336,6 +371,15 @@ impl<S: Scheduler> Retrier<S> {
                 return self.give_up(GiveUp::Budget, number, err);
             }
             self.counters.retry();
+            tracing::debug!(
+                name: "idem_retry.retry",
+                target: "idem_retry",
+                attempt = number.saturating_add(1),
+                delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                pushback = matches!(wait, Wait::Pushback(_)),
+                code = err.code().as_str(),
+                "retrying after a retryable failure"
+            );
             self.scheduler.sleep(delay).await;
             if refreshing {
                 if let Err(e) = refresh.refresh(&err).await {
@@ -347,8 +391,25 @@ impl<S: Scheduler> Retrier<S> {
         }
     }
 
-    fn give_up<T, E>(&self, why: GiveUp, attempts: u32, err: E) -> Result<T, RetryError<E>> {
+    /// Ends a call on `err`. A `DEBUG` event, whatever the reason (E15): a spent budget is
+    /// the budget doing its job in an outage, one event per call, so not a warning; alert on
+    /// `idem_retry_give_ups_total{reason="budget"}` instead.
+    fn give_up<T, E: Classify>(
+        &self,
+        why: GiveUp,
+        attempts: u32,
+        err: E,
+    ) -> Result<T, RetryError<E>> {
         self.counters.give_up(why);
+        tracing::debug!(
+            name: "idem_retry.give_up",
+            target: "idem_retry",
+            reason = why.as_str(),
+            attempts,
+            code = err.code().as_str(),
+            "giving up: {}",
+            why.explain()
+        );
         Err(RetryError::new(why, attempts, err))
     }
 }

@@ -1,4 +1,4 @@
-//! Where retry delays are waited out (SPEC R4).
+//! Where retry delays are waited out (R4).
 //!
 //! # Why the retrier never sleeps
 //!

@@ -1,4 +1,4 @@
-//! SPEC R1: backoff delays, jitter bounds, overflow safety, validated construction.
+//! R1: backoff delays, jitter bounds, overflow safety, validated construction.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! SPEC R2, S2, S3: the decision for every status code and reason, per call kind.
+//! R2, S2, S3: the decision for every status code and reason, per call kind.
 
 use std::time::Duration;
 

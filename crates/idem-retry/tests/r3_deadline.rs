@@ -1,4 +1,4 @@
-//! SPEC R3: before each retry, the remaining deadline must cover the wait plus a minimum attempt
+//! R3: before each retry, the remaining deadline must cover the wait plus a minimum attempt
 //! (50 ms by default); a wait that would overrun the deadline ends the call with the last error.
 
 use std::sync::Mutex;

@@ -1,4 +1,4 @@
-//! SPEC R4: every wait goes through a Scheduler; nothing blocks the thread.
+//! R4: every wait goes through a Scheduler; nothing blocks the thread.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,4 +1,4 @@
-//! SPEC R5: a sliding-window retry budget caps retries at ~10% of requests under load, and still
+//! R5: a sliding-window retry budget caps retries at ~10% of requests under load, and still
 //! lets a quiet client retry (per-second floor). Driven by tokio's paused clock: a simulated minute
 //! takes well under a second of wall time.
 

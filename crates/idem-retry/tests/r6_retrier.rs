@@ -1,4 +1,4 @@
-//! SPEC R6 (same key, attempt numbers), R2 pushback and refresh, S2/S3 through the retrier.
+//! R6 (same key, attempt numbers), R2 pushback and refresh, S2/S3 through the retrier.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -88,7 +88,7 @@ async fn r2_pushback_overrides_backoff() {
         .await;
     assert!(r.is_err());
     // Server hints replace the 20 ms / 40 ms backoff; without a hint the backoff applies, and it
-    // starts again at the base delay after a pushback (gRPC A6, SPEC R8): 20 ms, not 80 ms.
+    // starts again at the base delay after a pushback (gRPC A6, R8): 20 ms, not 80 ms.
     assert_eq!(clock.requested(), vec![ms(300), ms(7), ms(20)]);
 }
 

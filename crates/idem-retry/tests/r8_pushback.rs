@@ -1,4 +1,4 @@
-//! SPEC R8: server pushback as gRPC A6 says. A valid pushback sets the next wait exactly and the
+//! R8: server pushback as gRPC A6 says. A valid pushback sets the next wait exactly and the
 //! backoff after it starts again at the base delay; a pushback that forbids the retry (negative,
 //! malformed or repeated, as the transport layer reads it) ends the call with `GiveUp::Pushback`.
 

@@ -1,27 +1,28 @@
 //! The server layer's request fingerprint: the whole request, not just its body (K5, K6).
-//!
-//! A key names one operation. If the fingerprint covered the body alone, `POST
-//! /orders?dry_run=true` with a key and body already used by a real `POST /orders` would replay
-//! the real order as the dry run's answer. So the fingerprint covers, in this order:
-//!
-//! 1. the HTTP method,
-//! 2. the path and query exactly as sent (`/orders?dry_run=true`),
-//! 3. each header the user named ([`IdemLayerBuilder::fingerprint_headers`](crate::IdemLayerBuilder::fingerprint_headers)),
-//!    in the order named, with all its values in the order sent (an absent header counts as
-//!    zero values),
-//! 4. the body.
-//!
-//! Canonical bytes: the text `idem-request-v1`, then every part above as a big-endian `u64`
-//! length followed by its bytes (a header as its lower-case name, then its value count as a
-//! `u64`, then each value), then the body's bytes; the fingerprint is XXH3-128 of them
-//! ([`Fingerprint`]). The lengths make the encoding injective: no two different requests give the
-//! same bytes.
+//! See [`request_fingerprint`] for what it covers and how it is encoded.
 
 use http::{HeaderMap, HeaderName, Method, Uri};
 use idem_core::Fingerprint;
 
-/// The fingerprint of a request as the server layer computes it (see the [module docs](self)),
-/// for middleware of your own that must agree with it.
+/// The fingerprint of a request as the server layer computes it, for middleware of your own
+/// that must agree with it.
+///
+/// A key names one operation. If the fingerprint covered the body alone, `POST
+/// /orders?dry_run=true` with a key and body already used by a real `POST /orders` would replay
+/// the real order as the dry run's answer. So the fingerprint covers, in this order:
+///
+/// 1. the HTTP method,
+/// 2. the path and query exactly as sent (`/orders?dry_run=true`),
+/// 3. each header the user named ([`IdemLayerBuilder::fingerprint_headers`](crate::IdemLayerBuilder::fingerprint_headers)),
+///    in the order named, with all its values in the order sent (an absent header counts as
+///    zero values),
+/// 4. the body.
+///
+/// Canonical bytes: the text `idem-request-v1`, then every part above as a big-endian `u64`
+/// length followed by its bytes (a header as its lower-case name, then its value count as a
+/// `u64`, then each value), then the body's bytes; the fingerprint is XXH3-128 of them
+/// ([`Fingerprint`]). The lengths make the encoding injective: no two different requests give the
+/// same bytes.
 ///
 /// ```
 /// use idem_tower::request_fingerprint;

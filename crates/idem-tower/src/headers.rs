@@ -1,6 +1,6 @@
 //! Header names idem reads and writes, in one place.
 //!
-//! | name | direction | meaning | SPEC |
+//! | name | direction | meaning | requirement |
 //! |---|---|---|---|
 //! | [`GRPC_KEY`] `x-idempotency-key` | request | the key on gRPC routes | T1 |
 //! | [`HTTP_KEY`] `idempotency-key` | request | the key on HTTP routes (sf-string or token) | T1, T2 |

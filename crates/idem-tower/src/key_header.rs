@@ -1,11 +1,11 @@
-//! Reading the idempotency key from a request header (SPEC T2).
+//! Reading the idempotency key from a request header (T2).
 
 use std::fmt;
 
 use http::{HeaderMap, HeaderName};
 use idem_core::{IdempotencyKey, KeyError};
 
-/// Why a key header was refused; each names the rule (SPEC T2, K1).
+/// Why a key header was refused; each names the rule (T2, K1).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyHeaderError {
     /// The header appeared more than once.
@@ -37,7 +37,7 @@ impl fmt::Display for KeyHeaderError {
 
 impl std::error::Error for KeyHeaderError {}
 
-/// Reads the key from `headers[name]` (SPEC T2).
+/// Reads the key from `headers[name]` (T2).
 ///
 /// The value is an RFC 8941 sf-string (`"3f1c2b7e-..."`, as the IETF draft says) or a bare token
 /// (as Stripe's clients send); either way the key inside must pass K1 (`[A-Za-z0-9_-]{8,64}`).

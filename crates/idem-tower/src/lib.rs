@@ -5,11 +5,11 @@
 //! * **[`IdemLayer`]** (server): for each write it reads the tenant, the idempotency key and the
 //!   body, and runs the inner service through an idem [`Engine`](idem_dedup::Engine) — once per
 //!   (tenant, method, key). Duplicates get the stored response, byte for byte (status, headers,
-//!   body, trailers), marked `idempotent-replayed: true` (SPEC T1, T1a, T2).
+//!   body, trailers), marked `idempotent-replayed: true` (T1, T1a, T2).
 //! * **[`RetryLayer`]** (client): gives each logical write one key, sends it on every attempt with
 //!   `grpc-previous-rpc-attempts` and the remaining deadline as `grpc-timeout`, and retries by
 //!   idem-retry's rules: gRPC status, HTTP status, transport errors, pushback, shared budget
-//!   (SPEC T3, R1–R6).
+//!   (T3, R1–R6).
 //!
 //! Together they make retried writes safe: *effectively-once* = at-least-once delivery (the client
 //! layer) + a stable key (one per intent) + server-side deduplication (the server layer).
@@ -63,7 +63,7 @@
 //! | `idem-retry` | the policy, classifier, budget and retrier [`RetryLayer`] drives |
 //! | `idem-tower` | the wire: headers, tenants, bodies, trailers, gRPC and HTTP errors |
 //!
-//! ## Server layer, in order (SPEC T1, T1a, T2)
+//! ## Server layer, in order (T1, T1a, T2)
 //!
 //! | step | refused with (gRPC / HTTP) |
 //! |---|---|
@@ -83,10 +83,10 @@
 //! `INVALID_ARGUMENT` rather than gRPC's usual `RESOURCE_EXHAUSTED`, because no retry can fix it.
 //!
 //! Stored: successes (gRPC `grpc-status: 0`, HTTP 2xx) and the codes you declare permanent
-//! ([`IdemLayerBuilder::store_failures`], SPEC E13). Retryable failures (`UNAVAILABLE`, ...) are
+//! ([`IdemLayerBuilder::store_failures`], E13). Retryable failures (`UNAVAILABLE`, ...) are
 //! passed on and never stored, so the client's retry runs again.
 //!
-//! ## Retry at one layer only (SPEC R7)
+//! ## Retry at one layer only (R7)
 //!
 //! Retries multiply across layers. A gateway, an order service and a stock service that each make
 //! 3 attempts turn one failing stock call into 3 × 3 × 3 = 27 calls — 3ⁿ for n layers — at the
@@ -94,7 +94,7 @@
 //! its inner service at most once per request and reports failures at once. Retry in the
 //! outermost client, with [`RetryLayer`], under a shared [`RetryBudget`](idem_retry::RetryBudget).
 //!
-//! ## Client layer (SPEC T3, R6)
+//! ## Client layer (T3, R6)
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {

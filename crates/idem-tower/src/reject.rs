@@ -1,4 +1,4 @@
-//! Errors the server layer answers itself, as gRPC statuses or HTTP problem+json (SPEC T2).
+//! Errors the server layer answers itself, as gRPC statuses or HTTP problem+json (T2).
 
 use http::{HeaderValue, Response, StatusCode};
 use idem_core::{Code, Status};

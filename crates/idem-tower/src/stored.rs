@@ -1,4 +1,4 @@
-//! A whole response as the engine stores it: status, headers, body and trailers (SPEC T1).
+//! A whole response as the engine stores it: status, headers, body and trailers (T1).
 
 use std::fmt;
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use http::{HeaderMap, HeaderValue, Response, StatusCode, Version};
 use crate::body::ReplayBody;
 use crate::headers;
 
-/// A response stored by the server layer, shared (not copied) by every replay (SPEC E11).
+/// A response stored by the server layer, shared (not copied) by every replay (E11).
 ///
 /// It keeps what a client can observe: the HTTP status, the headers, the body bytes and the
 /// trailers — gRPC's `grpc-status` lives in the trailers, or in the headers of a trailers-only

@@ -1,5 +1,5 @@
 //! E9/T4: `/metrics`, scraped over HTTP while requests are in flight, shows a non-zero in-flight
-//! gauge.
+//! gauge, with a `# HELP` line (E15).
 
 use std::time::Duration;
 
@@ -52,7 +52,15 @@ async fn t4_metrics_scrape_during_in_flight_requests_shows_in_flight_gauge() {
     let text = metrics::scrape(metrics_addr).await.unwrap();
     let in_flight = metrics::sum(&text, idem_dedup::metrics::IN_FLIGHT);
     assert!(in_flight > 0.0, "no in-flight gauge above zero in:\n{text}");
-    assert!(text.contains("idem_dedup_in_flight{shard=\"0\"}"), "{text}");
+    assert!(
+        text.contains("idem_dedup_in_flight{engine=\"default\",shard=\"0\"}"),
+        "{text}"
+    );
+    // E15: every series the engine registered says what it counts.
+    assert!(
+        text.contains(&format!("# HELP {} ", idem_dedup::metrics::IN_FLIGHT)),
+        "no HELP line for the in-flight gauge in:\n{text}"
+    );
     for c in calls {
         c.await.unwrap().unwrap();
     }

@@ -1,4 +1,4 @@
-//! Fuzzes key and scope parsing (SPEC Z2, K1, K3): no input may panic, every accepted key obeys
+//! Fuzzes key and scope parsing (Z2, K1, K3): no input may panic, every accepted key obeys
 //! `[A-Za-z0-9_-]{8,64}`, and every decoded scope round-trips byte for byte.
 #![no_main]
 

@@ -1,12 +1,15 @@
 //! [`TieredBuilder`]: the tier's settings and the local engine's, with every default listed.
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::codec::{BytesCodec, Codec};
+use crate::config::{check_name, DEFAULT_NAME};
 use crate::remote::{OwnerId, RemoteTier};
 use crate::tiered::stats::Counters;
 use crate::tiered::{Inner, TieredEngine};
+use crate::trace::ScopeLogging;
 use crate::{ConfigError, Engine};
 
 /// What a call does when the shared tier fails or does not answer in time (D3).
@@ -34,6 +37,10 @@ pub(crate) struct TierConfig {
     pub(crate) on_unavailable: OnUnavailable,
     /// Names this engine's claims (see the `remote` module's docs on owners and orphans).
     pub(crate) owner: OwnerId,
+    /// The `engine` label and field, of this engine and its local engine (E15).
+    pub(crate) name: Arc<str>,
+    /// What spans and events show of a scope (E15).
+    pub(crate) scope_logging: ScopeLogging,
 }
 
 /// Builds a [`TieredEngine`].
@@ -52,6 +59,8 @@ pub(crate) struct TierConfig {
 /// | [`max_local_entries`](Self::max_local_entries) | 1,000,000 | E7 |
 /// | [`local_in_flight_timeout`](Self::local_in_flight_timeout) | `max_wait` + `lease` + 5 s | E6 |
 /// | [`codec`](Self::codec) | [`BytesCodec`] (`Vec<u8>`, `String`; `idem-tower` adds its stored responses) | D1 |
+/// | [`name`](Self::name) | `"default"`, for this engine's metrics and its local engine's | E9, E15 |
+/// | [`scope_logging`](Self::scope_logging) | [`ScopeLogging::Digest`] | E15 |
 ///
 /// When the local engine is full, calls go to the tier directly rather than being refused (D6):
 /// the tier arbitrates them, without local coalescing or a local copy.
@@ -95,6 +104,8 @@ impl<V, R: RemoteTier> TieredBuilder<V, R, BytesCodec> {
                 poll_max: Duration::from_millis(250),
                 on_unavailable: OnUnavailable::FailClosed,
                 owner: OwnerId::random(),
+                name: Arc::from(DEFAULT_NAME),
+                scope_logging: ScopeLogging::Digest,
             },
             local_ttl: None,
             local_shards: None,
@@ -181,6 +192,23 @@ impl<V, R, C> TieredBuilder<V, R, C> {
         self
     }
 
+    /// The engine's name (E9, E15): the `engine` label of the tier metrics
+    /// (`idem_tier_*`) and of its local engine's (`idem_dedup_*`), and the `engine` field of
+    /// their spans and events. The rule and the default are
+    /// [`EngineBuilder::name`](crate::EngineBuilder::name)'s: 1 to 64 characters of
+    /// `A-Z a-z 0-9 _ - .`, `"default"`.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.cfg.name = Arc::from(name.into());
+        self
+    }
+
+    /// What this engine's spans and events show of a scope, its local engine's too (E15).
+    /// Default: [`ScopeLogging::Digest`], never the tenant or the key.
+    pub const fn scope_logging(mut self, logging: ScopeLogging) -> Self {
+        self.cfg.scope_logging = logging;
+        self
+    }
+
     /// The local engine's in-flight lease (E6), which bounds a whole local run: waiting for
     /// another instance, then the action. Default: `max_wait` + `lease` + 5 s.
     pub const fn local_in_flight_timeout(mut self, d: Duration) -> Self {
@@ -204,6 +232,7 @@ where
     /// runtime.
     pub fn build(self) -> Result<TieredEngine<V, R, C>, ConfigError> {
         let c = &self.cfg;
+        check_name(&c.name)?;
         if c.lease.is_zero() || c.ttl.is_zero() || c.max_wait.is_zero() {
             return Err(ConfigError::Invalid(
                 "lease, ttl and max_wait must be greater than zero",
@@ -213,6 +242,8 @@ where
             return Err(ConfigError::Invalid("poll_interval needs 0 < first <= max"));
         }
         let mut local = Engine::builder()
+            .name(&*c.name)
+            .scope_logging(c.scope_logging)
             .ttl(self.local_ttl.unwrap_or(c.ttl))
             .max_entries(self.max_local_entries)
             .in_flight_timeout(
@@ -223,12 +254,13 @@ where
             local = local.shards(n);
         }
         let local = local.build()?;
+        let counters = Counters::new(&self.cfg.name);
         Ok(TieredEngine::from_parts(Inner {
             local,
             remote: self.remote,
             codec: self.codec,
             cfg: self.cfg,
-            counters: Counters::default(),
+            counters,
             unrecorded: Default::default(),
         }))
     }

@@ -95,11 +95,13 @@ pub use stats::TierStats;
 
 use crate::codec::{BytesCodec, Codec};
 use crate::remote::{FencingToken, OwnerId, RecordState, RemoteTier};
+use crate::trace;
 use crate::{
     DedupError, Engine, EntryInfo, EntryState, Outcome, OutcomeKind, ShutdownReport, Source, Stats,
 };
 use builder::TierConfig;
-use stats::{Counters, Event};
+use stats::{Counters, Event, Op};
+use tracing::Instrument;
 
 /// How the local engine's copy of a value came to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -306,6 +308,37 @@ where
         F: FnOnce(FencingToken) -> Fut + Send + 'static,
         Fut: Future<Output = Result<V, Status>> + Send + 'static,
     {
+        // The call's span (E15): disabled, at the cost of a level check, without a
+        // subscriber that wants it. Its local engine's span is inside it.
+        let cfg = &self.inner.cfg;
+        let span = trace::tiered_span(&cfg.name, cfg.scope_logging, scope);
+        if span.is_disabled() {
+            return self
+                .call_untraced(scope, fingerprint, deadline, action)
+                .await;
+        }
+        let answer = self
+            .call_untraced(scope, fingerprint, deadline, action)
+            .instrument(span.clone())
+            .await;
+        trace::record_end(&span, &answer);
+        if let Ok(out) = &answer {
+            span.record("source", source_label(out.source()));
+        }
+        answer
+    }
+
+    async fn call_untraced<F, Fut>(
+        &self,
+        scope: &Scope,
+        fingerprint: Fingerprint,
+        deadline: Option<Deadline>,
+        action: F,
+    ) -> Result<Outcome<V>, DedupError>
+    where
+        F: FnOnce(FencingToken) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<V, Status>> + Send + 'static,
+    {
         // The action is kept where this call can take it back if the local engine refuses the
         // scope for lack of room (D6): the tier then arbitrates the call alone.
         let slot = Arc::new(Mutex::new(Some(action)));
@@ -381,6 +414,17 @@ where
                     Ok(p) => crate::run::panic_message(&*p),
                     Err(_) => "the run's task was cancelled".to_owned(),
                 };
+                if trace::warn_enabled() {
+                    let cfg = &self.inner.cfg;
+                    let f = trace::ScopeFields::new(scope, cfg.scope_logging);
+                    trace::warn_scope!(
+                        "idem_dedup.panicked",
+                        &*cfg.name,
+                        &f,
+                        panic = message.as_str(),
+                        "the action panicked: its callers get INTERNAL and nothing is stored"
+                    );
+                }
                 return Err(DedupError::Panicked { message });
             }
         };
@@ -426,10 +470,11 @@ where
         if let Some(info) = self.inner.local.lookup(scope).await? {
             return Ok(Some(info));
         }
-        let record = self
-            .inner
-            .remote
-            .lookup(scope)
+        let inner = &self.inner;
+        let lookup = inner.remote.lookup(scope);
+        let record = inner
+            .counters
+            .timed(Op::Lookup, lookup)
             .await
             .map_err(action_error)?;
         let cfg = &self.inner.cfg;
@@ -461,10 +506,11 @@ where
     pub async fn forget(&self, scope: &Scope) -> Result<bool, DedupError> {
         let here = self.inner.local.forget(scope).await?;
         self.inner.unrecorded.remove(scope);
+        let forget = self.inner.remote.forget(scope);
         let there = self
             .inner
-            .remote
-            .forget(scope)
+            .counters
+            .timed(Op::Forget, forget)
             .await
             .map_err(action_error)?;
         Ok(here || there)
@@ -495,6 +541,16 @@ where
     /// claims of runs that do not finish lapse with their leases.
     pub async fn shutdown(&self, grace: Duration) -> ShutdownReport {
         self.inner.local.shutdown(grace).await
+    }
+}
+
+/// The `source` field of a tiered call's span.
+fn source_label(source: Source) -> &'static str {
+    match source {
+        Source::Local => "local",
+        Source::ThisInstance => "this_instance",
+        Source::OtherInstance => "other_instance",
+        Source::FailOpen => "fail_open",
     }
 }
 

@@ -11,10 +11,12 @@ use idem_core::{Code, Fingerprint, Reason, Scope, Status};
 use tokio::time::Instant;
 
 use super::builder::OnUnavailable;
-use super::stats::Event;
+use super::stats::{Event, Op};
 use super::{Inner, Stored, Via};
 use crate::codec::Codec;
+use crate::engine::millis;
 use crate::remote::{Claim, ClaimOutcome, Commit, FencingToken, OwnerId, RemoteTier};
+use crate::trace::{self, warn_scope, ScopeFields};
 
 /// The local leader's run: claim, then run / replay / wait / refuse.
 pub(crate) async fn remote_run<V, R, C, F, Fut>(
@@ -50,20 +52,36 @@ where
                 ..kept
             });
         }
-        let claim = match inner.remote.claim(&scope, fp, cfg.lease, owner).await {
+        let claim = inner.remote.claim(&scope, fp, cfg.lease, owner);
+        let claim = match inner.counters.timed(Op::Claim, claim).await {
             Ok(claim) => claim,
             Err(status) => {
                 return match cfg.on_unavailable {
                     OnUnavailable::FailClosed => {
                         inner.counters.bump(Event::Unavailable);
+                        // One per call in an outage: not a warning (alert on the metric).
+                        tracing::debug!(
+                            name: "idem_dedup.tier.unavailable",
+                            target: "idem_dedup",
+                            engine = &*cfg.name,
+                            error = %status,
+                            "shared tier unavailable: the call fails closed"
+                        );
                         Err(status)
                     }
                     OnUnavailable::FailOpen => {
                         inner.counters.bump(Event::FailOpen);
-                        tracing::warn!(
-                            error = %status,
-                            "shared tier unavailable: running the action without a claim (fail-open)"
-                        );
+                        if trace::warn_enabled() {
+                            let f = ScopeFields::new(&scope, cfg.scope_logging);
+                            warn_scope!(
+                                "idem_dedup.tier.fail_open",
+                                &*cfg.name,
+                                &f,
+                                error = %status,
+                                "shared tier unavailable: running the action without a claim \
+                                 (fail-open); another instance may run it too"
+                            );
+                        }
                         let value = action(FencingToken::UNFENCED).await?;
                         Ok(Stored {
                             value,
@@ -130,7 +148,8 @@ where
                 let at_most = poll
                     .min(lease_left + Duration::from_millis(1))
                     .min(give_up - now);
-                if inner.remote.wait(&scope, holder, at_most).await.is_err() {
+                let wait = inner.remote.wait(&scope, holder, at_most);
+                if inner.counters.timed(Op::Wait, wait).await.is_err() {
                     // Tier trouble: pause, then the next claim reports it if it lasts.
                     tokio::time::sleep(at_most).await;
                 }
@@ -185,7 +204,9 @@ where
             return Err(status);
         }
     };
-    match inner.remote.complete(claim, bytes, inner.cfg.ttl).await {
+    let cfg = &inner.cfg;
+    let complete = inner.remote.complete(claim, bytes, cfg.ttl);
+    match inner.counters.timed(Op::Complete, complete).await {
         Ok(Commit::Committed) => {
             inner.counters.bump(Event::Executed);
             Ok(Stored {
@@ -197,24 +218,36 @@ where
         }
         Ok(Commit::FencedOut) => {
             inner.counters.bump(Event::FencedOut);
-            tracing::warn!(
-                token = token.get(),
-                lease_ms = inner.cfg.lease.as_millis() as u64,
-                "fenced out: the action outlived its lease and another run claimed the scope; \
-                 this run's result was not stored"
-            );
+            if trace::warn_enabled() {
+                let f = ScopeFields::new(claim.scope, cfg.scope_logging);
+                warn_scope!(
+                    "idem_dedup.tier.fenced_out",
+                    &*cfg.name,
+                    &f,
+                    token = token.get(),
+                    lease_ms = millis(cfg.lease),
+                    "fenced out: the action outlived its lease and another run claimed the \
+                     scope; this run's result was not stored"
+                );
+            }
             Err(fenced_out(inner.cfg.lease, token))
         }
         Err(status) => {
             // The side effect happened: the caller gets its result (kept here), marked not
             // recorded, and writing it is retried while the claim is still this run's.
             inner.counters.bump(Event::Unrecorded);
-            tracing::warn!(
-                error = %status,
-                token = token.get(),
-                "completion not written: the result is kept on this instance and writing it is \
-                 retried in the background"
-            );
+            if trace::warn_enabled() {
+                let f = ScopeFields::new(claim.scope, cfg.scope_logging);
+                warn_scope!(
+                    "idem_dedup.tier.unrecorded",
+                    &*cfg.name,
+                    &f,
+                    token = token.get(),
+                    error = %status,
+                    "completion not written: the result is kept on this instance and writing it \
+                     is retried in the background"
+                );
+            }
             let stored = Stored {
                 value,
                 via: Via::Ran,
@@ -257,15 +290,23 @@ where
     R: RemoteTier,
     C: Codec<V>,
 {
-    let Err(status) = inner.remote.release(claim).await else {
+    let release = inner.remote.release(claim);
+    let Err(status) = inner.counters.timed(Op::Release, release).await else {
         return;
     };
     inner.counters.bump(Event::ReleaseFailed);
-    tracing::warn!(
-        error = %status,
-        token = claim.token.get(),
-        "release failed: retrying in the background until the claim's lease ends"
-    );
+    if trace::warn_enabled() {
+        let cfg = &inner.cfg;
+        let f = ScopeFields::new(claim.scope, cfg.scope_logging);
+        warn_scope!(
+            "idem_dedup.tier.release_failed",
+            &*cfg.name,
+            &f,
+            token = claim.token.get(),
+            error = %status,
+            "release failed: retrying in the background until the claim's lease ends"
+        );
+    }
     let inner = inner.clone();
     let (scope, fingerprint, token, owner) = (
         claim.scope.clone(),
@@ -284,7 +325,8 @@ where
         let mut delay = inner.cfg.poll_first;
         while Instant::now() + delay < until {
             tokio::time::sleep(delay).await;
-            if inner.remote.release(claim).await.is_ok() {
+            let release = inner.remote.release(claim);
+            if inner.counters.timed(Op::Release, release).await.is_ok() {
                 return;
             }
             delay = (delay * 2).min(inner.cfg.poll_max);
@@ -324,7 +366,8 @@ fn spawn_complete_retry<V, R, C>(
             let Ok(bytes) = inner.codec.encode(&value) else {
                 break None;
             };
-            match inner.remote.complete(claim, bytes, inner.cfg.ttl).await {
+            let complete = inner.remote.complete(claim, bytes, inner.cfg.ttl);
+            match inner.counters.timed(Op::Complete, complete).await {
                 Ok(commit) => break Some(commit),
                 Err(_) => delay = (delay * 2).min(inner.cfg.poll_max),
             }
@@ -334,11 +377,18 @@ fn spawn_complete_retry<V, R, C>(
             Some(Commit::Committed) => inner.counters.bump(Event::RecordedLate),
             Some(Commit::FencedOut) | None => {
                 inner.counters.bump(Event::RecordLost);
-                tracing::warn!(
-                    token = token.get(),
-                    fenced_out = outcome.is_some(),
-                    "completion never written: other instances may run this request again"
-                );
+                if trace::warn_enabled() {
+                    let cfg = &inner.cfg;
+                    let f = ScopeFields::new(&scope, cfg.scope_logging);
+                    warn_scope!(
+                        "idem_dedup.tier.record_lost",
+                        &*cfg.name,
+                        &f,
+                        token = token.get(),
+                        fenced_out = outcome.is_some(),
+                        "completion never written: other instances may run this request again"
+                    );
+                }
             }
         }
     });

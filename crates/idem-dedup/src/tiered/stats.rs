@@ -1,8 +1,14 @@
 //! Counters of the tiered engine's claim loop, read without locks (E9, D5).
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
-use crate::metrics::{LABEL_RESULT, TIER_CALLS_TOTAL};
+use tokio::time::Instant;
+
+use crate::metrics::{
+    LABEL_ENGINE, LABEL_OP, LABEL_RESULT, TIER_CALLS_TOTAL, TIER_ROUND_TRIP_SECONDS,
+};
 
 /// What the tiered engine's claim loop did, summed since the engine was built. Calls served by
 /// the local engine alone (local joins and replays) are not counted here; see
@@ -66,6 +72,25 @@ pub(crate) enum Event {
 impl Event {
     const ALL: usize = 15;
 
+    /// Every event, in slot order.
+    const EVERY: [Event; Event::ALL] = [
+        Event::Executed,
+        Event::RemoteReplayed,
+        Event::RemoteJoined,
+        Event::Conflict,
+        Event::Unavailable,
+        Event::FailOpen,
+        Event::FencedOut,
+        Event::WaitTimeout,
+        Event::Failed,
+        Event::Unrecorded,
+        Event::RecordedLate,
+        Event::RecordLost,
+        Event::ReleaseFailed,
+        Event::Reclaimed,
+        Event::LocalFull,
+    ];
+
     pub(crate) fn label(self) -> &'static str {
         match self {
             Event::Executed => "executed",
@@ -87,17 +112,77 @@ impl Event {
     }
 }
 
-#[derive(Debug, Default)]
-pub(crate) struct Counters([AtomicU64; Event::ALL]);
+/// A call to the shared tier, as `idem_tier_round_trip_seconds` labels it (`op`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Op {
+    Claim,
+    Complete,
+    Release,
+    Wait,
+    Lookup,
+    Forget,
+}
+
+impl Op {
+    const ALL: [Op; 6] = [
+        Op::Claim,
+        Op::Complete,
+        Op::Release,
+        Op::Wait,
+        Op::Lookup,
+        Op::Forget,
+    ];
+
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Op::Claim => "claim",
+            Op::Complete => "complete",
+            Op::Release => "release",
+            Op::Wait => "wait",
+            Op::Lookup => "lookup",
+            Op::Forget => "forget",
+        }
+    }
+}
+
+/// The claim loop's counters, and its metric handles (resolved once, with the engine's name).
+#[derive(Debug)]
+pub(crate) struct Counters {
+    counts: [AtomicU64; Event::ALL],
+    calls: [metrics::Counter; Event::ALL],
+    round_trip: [metrics::Histogram; 6],
+}
 
 impl Counters {
+    /// The counters of the tiered engine named `engine` (E9, E15).
+    pub(crate) fn new(engine: &Arc<str>) -> Self {
+        let engine = metrics::SharedString::from(engine.clone());
+        Counters {
+            counts: Default::default(),
+            calls: Event::EVERY.map(|e| {
+                metrics::counter!(TIER_CALLS_TOTAL, LABEL_ENGINE => engine.clone(), LABEL_RESULT => e.label())
+            }),
+            round_trip: Op::ALL.map(|op| {
+                metrics::histogram!(TIER_ROUND_TRIP_SECONDS, LABEL_ENGINE => engine.clone(), LABEL_OP => op.label())
+            }),
+        }
+    }
+
     pub(crate) fn bump(&self, e: Event) {
-        self.0[e as usize].fetch_add(1, Relaxed);
-        metrics::counter!(TIER_CALLS_TOTAL, LABEL_RESULT => e.label()).increment(1);
+        self.counts[e as usize].fetch_add(1, Relaxed);
+        self.calls[e as usize].increment(1);
+    }
+
+    /// Awaits one call to the tier, timing it as `op` (E15).
+    pub(crate) async fn timed<T>(&self, op: Op, call: impl Future<Output = T>) -> T {
+        let start = Instant::now();
+        let out = call.await;
+        self.round_trip[op as usize].record(start.elapsed().as_secs_f64());
+        out
     }
 
     pub(crate) fn snapshot(&self) -> TierStats {
-        let g = |e: Event| self.0[e as usize].load(Relaxed);
+        let g = |e: Event| self.counts[e as usize].load(Relaxed);
         TierStats {
             executed: g(Event::Executed),
             remote_replayed: g(Event::RemoteReplayed),
@@ -142,7 +227,8 @@ mod tests {
             Event::LocalFull,
         ];
         assert_eq!(all.len(), Event::ALL);
-        let c = Counters::default();
+        assert_eq!(all.map(|e| e as usize), Event::EVERY.map(|e| e as usize));
+        let c = Counters::new(&Arc::from("default"));
         for (i, e) in all.iter().enumerate() {
             assert_eq!(*e as usize, i);
             c.bump(*e);

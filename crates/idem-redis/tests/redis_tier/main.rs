@@ -1,4 +1,4 @@
-//! The Redis tier against real Redis servers started by the tests (SPEC D1–D3).
+//! The Redis tier against real Redis servers started by the tests (D1–D3).
 //!
 //! Every test starts its own `redis-server` (or a cluster) on free loopback ports and kills it at
 //! the end; see `support.rs`.

@@ -22,7 +22,7 @@ pub enum MissingKey {
     /// attempt: effectively-once. The default.
     #[default]
     Generate,
-    /// Send the write once and never retry it: at-most-once (SPEC S2).
+    /// Send the write once and never retry it: at-most-once (S2).
     SendOnce,
 }
 
@@ -37,7 +37,7 @@ pub(crate) struct ClientConfig {
 }
 
 /// A tower [`Layer`] for clients: one key per logical write, the same key on every attempt,
-/// retries decided by idem-retry, the server's pushback obeyed (SPEC T3, R1–R6, R8). A success
+/// retries decided by idem-retry, the server's pushback obeyed (T3, R1–R6, R8). A success
 /// carries a [`CallReport`](crate::CallReport); a call given up on ends in a
 /// [`CallFailed`](crate::CallFailed) error. See [`RetryService`].
 ///
@@ -45,7 +45,7 @@ pub(crate) struct ClientConfig {
 ///
 /// # Default
 ///
-/// | setting | default | SPEC |
+/// | setting | default | requirement |
 /// |---|---|---|
 /// | [`policy`](RetryLayerBuilder::policy) | [`RetryPolicy::default`]: 3 attempts, 20 ms, ×2, 1 s cap, ±20%, 50 ms minimum attempt | R1, R3 |
 /// | [`budget`](RetryLayerBuilder::budget) | [`RetryBudget::new`]: 10% of calls, a floor of 10 retries/s (bursts of at most 10), 10 s window | R5 |
@@ -137,13 +137,13 @@ pub struct RetryLayerBuilder {
 }
 
 impl RetryLayerBuilder {
-    /// Attempts and backoff (SPEC R1, R3).
+    /// Attempts and backoff (R1, R3).
     pub fn policy(mut self, policy: RetryPolicy) -> Self {
         self.policy = policy;
         self
     }
 
-    /// The retry budget; pass clones of one budget to share it between layers (SPEC R5).
+    /// The retry budget; pass clones of one budget to share it between layers (R5).
     pub fn budget(mut self, budget: RetryBudget) -> Self {
         self.budget = budget;
         self
@@ -186,8 +186,9 @@ impl RetryLayerBuilder {
         self
     }
 
-    /// The layer.
+    /// The layer. Describes its metrics to the installed recorder (Prometheus `# HELP`).
     pub fn build(self) -> RetryLayer {
+        crate::client::stats::describe();
         RetryLayer {
             retrier: Retrier::new(self.policy).with_budget(self.budget),
             cfg: Arc::new(self.cfg),

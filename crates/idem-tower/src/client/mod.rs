@@ -1,4 +1,4 @@
-//! The client side: one key per logical write, retries by idem-retry, pushback obeyed (SPEC T3,
+//! The client side: one key per logical write, retries by idem-retry, pushback obeyed (T3,
 //! R1–R6, R8).
 
 mod error;
@@ -20,6 +20,7 @@ use http_body_util::BodyExt;
 use idem_core::{Code, Deadline, IdempotencyKey, Reason, Status};
 use idem_retry::{Attempt, Call, Classify};
 use tower::{Service, ServiceExt};
+use tracing::Instrument;
 
 pub use error::CallFailed;
 pub use layer::{MissingKey, RetryLayer, RetryLayerBuilder, DEFAULT_CALL_TIMEOUT};
@@ -33,20 +34,20 @@ use crate::{
     format_grpc_timeout, headers, key_from_headers, parse_grpc_timeout, BoxError, Protocol,
 };
 
-/// The service made by [`RetryLayer`]: sends one logical call as one or more attempts (SPEC T3).
+/// The service made by [`RetryLayer`]: sends one logical call as one or more attempts (T3).
 ///
 /// For each call:
 /// 1. A write ([`Writes`](crate::Writes)) without a key gets one ([`IdempotencyKey::generate`]),
-///    made once; a write with a key keeps it. Every attempt carries that same key (SPEC R6). A
+///    made once; a write with a key keeps it. Every attempt carries that same key (R6). A
 ///    write whose key is refused locally, or that has none under [`MissingKey::SendOnce`], is
-///    sent once and never retried (SPEC S2). Other calls are retried as idempotent reads.
+///    sent once and never retried (S2). Other calls are retried as idempotent reads.
 /// 2. The call's deadline is the request's `grpc-timeout`, else the layer's call timeout. Each
 ///    gRPC attempt carries `grpc-timeout` (what is left, or the attempt timeout if shorter) and,
-///    from the second on, `grpc-previous-rpc-attempts` (SPEC R6).
+///    from the second on, `grpc-previous-rpc-attempts` (R6).
 /// 3. The request body is buffered once and resent on each attempt; each response is buffered
 ///    whole, so its `grpc-status` trailer can be read (meant for unary calls).
 /// 4. After a failure — a gRPC status, an HTTP status, a transport error (an unknown outcome,
-///    SPEC S3) or the attempt timing out — the [`Retrier`](idem_retry::Retrier) decides (R2, R3,
+///    S3) or the attempt timing out — the [`Retrier`](idem_retry::Retrier) decides (R2, R3,
 ///    R5, R8), the shared budget can refuse, and the server's pushback is obeyed (below).
 ///
 /// A success is the last attempt's response, with a [`CallReport`] extension (attempts, key).
@@ -54,7 +55,7 @@ use crate::{
 /// many attempts, the key, the last failure's status and the last response if there was one.
 /// tonic clients get the server's own `tonic::Status`, whose source is the `CallFailed`.
 ///
-/// # Pushback (SPEC R8, T6)
+/// # Pushback (R8, T6)
 ///
 /// | the failed response carries | the next attempt |
 /// |---|---|
@@ -67,6 +68,17 @@ use crate::{
 ///
 /// A pushback still counts against the deadline (a wait that would overrun it ends the call) and
 /// the budget. `RetryInfo` that does not decode is ignored, never a reason to stop.
+///
+/// # Tracing and metrics (E15)
+///
+/// Each call is a span, `idem_tower.client` (target `idem_tower`, at `DEBUG`), with `protocol`
+/// (`grpc` or `http`), `method` (the HTTP method) and `path` (for gRPC, the method); when the
+/// call ends, `attempts`, `outcome` (`ok`, or why the layer gave up:
+/// [`GiveUp::as_str`](idem_retry::GiveUp::as_str); `error` if no attempt could be made) and
+/// `code` (the last answer's status code). The retrier's `idem_retry.call` span and its
+/// `DEBUG` retry and give-up events are inside it (see [`idem_retry::metrics`]). The key is
+/// never logged. Building the layer describes its metrics ([`RETRIES_TOTAL`](crate::RETRIES_TOTAL),
+/// [`KEYS_GENERATED_TOTAL`](crate::KEYS_GENERATED_TOTAL)) and the retrier's to the recorder.
 ///
 /// # Cancellation safety
 ///
@@ -141,7 +153,57 @@ where
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let inner = self.inner.clone();
         let layer = self.layer.clone();
-        Box::pin(call(inner, layer, req))
+        let span = client_span(&req);
+        if span.is_disabled() {
+            return Box::pin(call(inner, layer, req));
+        }
+        let end = span.clone();
+        let traced = async move {
+            let result = call(inner, layer, req).await;
+            record_end(&end, &result);
+            result
+        };
+        Box::pin(traced.instrument(span))
+    }
+}
+
+/// The span of one call through the client layer (E15; see [`RetryService`]).
+fn client_span<B>(req: &Request<B>) -> tracing::Span {
+    tracing::debug_span!(
+        target: "idem_tower",
+        "idem_tower.client",
+        protocol = match Protocol::of(req.headers()) {
+            Protocol::Grpc => "grpc",
+            Protocol::Http => "http",
+        },
+        method = %req.method(),
+        path = req.uri().path(),
+        attempts = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+        code = tracing::field::Empty,
+    )
+}
+
+/// Records how a call through the client layer ended on its span.
+fn record_end(span: &tracing::Span, result: &Result<Response<ReplayBody>, BoxError>) {
+    match result {
+        Ok(response) => {
+            if let Some(report) = response.extensions().get::<CallReport>() {
+                span.record("attempts", report.attempts);
+            }
+            span.record("outcome", "ok");
+            span.record("code", Code::Ok.as_str());
+        }
+        Err(e) => match e.downcast_ref::<CallFailed>() {
+            Some(failed) => {
+                span.record("attempts", failed.attempts());
+                span.record("outcome", failed.reason().as_str());
+                span.record("code", failed.code().as_str());
+            }
+            None => {
+                span.record("outcome", "error");
+            }
+        },
     }
 }
 
@@ -222,7 +284,7 @@ where
                 layer.counters.key_generated();
                 Call::keyed(IdempotencyKey::generate())
             }
-            // No key, or one the server will refuse: at most once (SPEC S2).
+            // No key, or one the server will refuse: at most once (S2).
             Ok(None) | Err(_) => Call::non_idempotent(),
         }
     } else {
@@ -364,7 +426,7 @@ where
     })
 }
 
-/// A transport error: the request may or may not have reached the server (SPEC S3), so it is
+/// A transport error: the request may or may not have reached the server (S3), so it is
 /// `UNAVAILABLE` with reason `UNKNOWN_OUTCOME` — retried only for keyed or idempotent calls.
 fn transport<E: Into<BoxError>>(e: E) -> AttemptError {
     let e: BoxError = e.into();

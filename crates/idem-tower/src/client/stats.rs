@@ -11,11 +11,25 @@ pub const KEYS_GENERATED_TOTAL: &str = "idem_tower_client_keys_generated_total";
 /// The label on [`RETRIES_TOTAL`]: [`Failure::as_str`].
 pub const LABEL_REASON: &str = "reason";
 
+/// Registers the descriptions of the client layer's metrics (and the retrier's) with the
+/// installed recorder; [`RetryLayerBuilder::build`](crate::RetryLayerBuilder::build) calls it.
+pub(crate) fn describe() {
+    idem_retry::metrics::describe();
+    metrics::describe_counter!(
+        RETRIES_TOTAL,
+        "Retries the client layer made, by the failure that caused them."
+    );
+    metrics::describe_counter!(
+        KEYS_GENERATED_TOTAL,
+        "Idempotency keys the client layer made for writes that came without one."
+    );
+}
+
 /// Why an attempt failed, as the client layer counts retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Failure {
     /// The connection failed or was lost: before the request went out, or after (an unknown
-    /// outcome, SPEC S3).
+    /// outcome, S3).
     Transport,
     /// The attempt's own timeout (the remaining deadline, or the per-attempt timeout) passed.
     Timeout,

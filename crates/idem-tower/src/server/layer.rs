@@ -206,13 +206,13 @@ impl<D> IdemLayerBuilder<D> {
         self
     }
 
-    /// Where the tenant comes from (SPEC T1a). Default: the [`Tenant`](crate::Tenant) extension.
+    /// Where the tenant comes from (T1a). Default: the [`Tenant`](crate::Tenant) extension.
     pub fn tenant(mut self, source: TenantSource) -> Self {
         self.cfg.tenant = source;
         self
     }
 
-    /// Largest write body accepted; larger ones are refused without being buffered (SPEC T2).
+    /// Largest write body accepted; larger ones are refused without being buffered (T2).
     /// Default: 1 MiB.
     pub fn max_body_bytes(mut self, n: usize) -> Self {
         self.cfg.max_body_bytes = n;

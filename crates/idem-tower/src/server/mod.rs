@@ -1,4 +1,4 @@
-//! The server side: deduplicate writes through the engine (SPEC T1, T1a, T2, R7).
+//! The server side: deduplicate writes through the engine (T1, T1a, T2, R7).
 
 mod layer;
 mod refused;
@@ -57,7 +57,7 @@ use crate::{headers, key_from_headers, reject, BoxError, Deduplicated, Protocol,
 /// decided. Errors are gRPC statuses on gRPC routes (a trailers-only response
 /// whose `grpc-message` names the rule) and `application/problem+json` on HTTP routes.
 ///
-/// # Retry at one layer only (SPEC R7)
+/// # Retry at one layer only (R7)
 ///
 /// This service never retries: it calls the inner service at most once per request. Retries
 /// belong to the outermost client ([`RetryLayer`](crate::RetryLayer)).
@@ -65,7 +65,7 @@ use crate::{headers, key_from_headers, reject, BoxError, Deduplicated, Protocol,
 /// # Cancellation safety
 ///
 /// If the client goes away while its write runs, the engine finishes the run in a task of its own
-/// and stores the response, so the client's retry gets it (SPEC E5). A gRPC `grpc-timeout` bounds
+/// and stores the response, so the client's retry gets it (E5). A gRPC `grpc-timeout` bounds
 /// how long a duplicate waits for a run (it then gets `DEADLINE_EXCEEDED`; the run goes on).
 #[derive(Debug, Clone)]
 pub struct IdemService<S, D = Engine<StoredResponse>> {

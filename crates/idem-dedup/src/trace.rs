@@ -1,4 +1,4 @@
-//! Tracing (SPEC E15): a span per deduplicated call, warn events for what an operator must act
+//! Tracing (E15): a span per deduplicated call, warn events for what an operator must act
 //! on, and the short scope digest that names a scope in both without giving its key away.
 //!
 //! # Why a digest and not the scope
@@ -126,7 +126,7 @@ impl fmt::Debug for ScopeDigest {
     }
 }
 
-/// What spans and events show of a scope (SPEC E15); see
+/// What spans and events show of a scope (E15); see
 /// [`EngineBuilder::scope_logging`](crate::EngineBuilder::scope_logging).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ScopeLogging {

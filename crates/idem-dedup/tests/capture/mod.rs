@@ -1,5 +1,5 @@
 //! A `tracing` subscriber that keeps every span and event it sees, for tests of what the engine
-//! traces (SPEC E15). Installed per thread (`capture()`), so it sees what a current-thread
+//! traces (E15). Installed per thread (`capture()`), so it sees what a current-thread
 //! runtime runs: the callers, the leaders' actions and the shard actors.
 #![allow(dead_code)]
 

@@ -1,5 +1,5 @@
 //! A `tracing` subscriber that keeps every span and event it sees, for tests of what the retrier
-//! traces (SPEC E15). Installed per thread (`capture()`), so it sees what a current-thread
+//! traces (E15). Installed per thread (`capture()`), so it sees what a current-thread
 //! runtime runs. (The engine's tests keep a copy of their own: each crate's tests stand alone.)
 #![allow(dead_code)]
 

@@ -169,6 +169,11 @@ impl<V> Outcome<V> {
     /// When the stored result expires (tokio clock): the action's completion + TTL, the same
     /// instant for the leader, its joiners and every replay (to the nanosecond of the shard's
     /// record).
+    ///
+    /// For a [`TieredEngine`](crate::tiered::TieredEngine), a result this instance ran and
+    /// recorded expires from the shared record `ttl` after its completion; a result of another
+    /// instance ([`Source::OtherInstance`]) carries the local copy's expiry, since the tier's
+    /// answer does not say when the record lapses (it may lapse earlier).
     pub fn expires_at(&self) -> Instant {
         self.expires_at
     }

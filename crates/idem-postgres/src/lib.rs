@@ -150,6 +150,7 @@
 //! replay costs none); metric names are in [`metrics`]; the tiered engine adds its own
 //! (`TieredEngine::stats`).
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(
     missing_docs,
     missing_debug_implementations,

@@ -6,7 +6,7 @@
 //! | [`HTTP_KEY`] `idempotency-key` | request | the key on HTTP routes (sf-string or token) | T1, T2 |
 //! | [`TENANT`] `x-tenant-id` | request | the tenant, **only** when opted in ([`TenantSource::Header`](crate::TenantSource::Header)) | T1a |
 //! | [`REPLAYED`] `idempotent-replayed` | response | `true` on a joined or replayed result | T1 |
-//! | [`EXPIRES_AT`] `idempotent-expires-at` | response | HTTP-date when the stored result expires | T1 |
+//! | [`EXPIRES_AT`] `idempotent-expires-at` | response | HTTP-date when the stored result expires (left out for another instance's result, whose expiry this instance does not know) | T1 |
 //! | [`REASON`] `idem-reason` | response | machine-readable reason of an error (`ENGINE_FULL`, ...) | R2 |
 //! | [`GRPC_PUSHBACK_MS`] `grpc-retry-pushback-ms` | response | gRPC retry-after in milliseconds (gRFC A6) | R2 |
 //! | [`RETRY_AFTER`] `retry-after` | response | HTTP retry-after in seconds | R2 |

@@ -41,6 +41,9 @@ pub(crate) struct TierConfig {
     pub(crate) name: Arc<str>,
     /// What spans and events show of a scope (E15).
     pub(crate) scope_logging: ScopeLogging,
+    /// The local engine's TTL (set by `build`), to tell the shared record's expiry from the
+    /// local copy's.
+    pub(crate) local_ttl: Duration,
 }
 
 /// Builds a [`TieredEngine`].
@@ -106,6 +109,7 @@ impl<V, R: RemoteTier> TieredBuilder<V, R, BytesCodec> {
                 owner: OwnerId::random(),
                 name: Arc::from(DEFAULT_NAME),
                 scope_logging: ScopeLogging::Digest,
+                local_ttl: Duration::from_secs(24 * 3600),
             },
             local_ttl: None,
             local_shards: None,
@@ -255,11 +259,13 @@ where
         }
         let local = local.build()?;
         let counters = Counters::new(&self.cfg.name);
+        let mut cfg = self.cfg;
+        cfg.local_ttl = self.local_ttl.unwrap_or(cfg.ttl);
         Ok(TieredEngine::from_parts(Inner {
             local,
             remote: self.remote,
             codec: self.codec,
-            cfg: self.cfg,
+            cfg,
             counters,
             unrecorded: Default::default(),
         }))

@@ -433,7 +433,20 @@ where
     }
 
     /// The caller's view of a stored value: what kind of answer, and from where.
+    ///
+    /// `expires_at` is the local copy's expiry (its completion here + `local_ttl`). For a result
+    /// this instance ran and recorded, the caller is told the shared record's instead: `ttl` from
+    /// that completion (later than the tier's own clock by the completion's reply, a few
+    /// milliseconds at most). Other instances' results keep the local copy's expiry: this
+    /// instance cannot tell when they completed, and its copy is what it will serve.
     fn outcome(&self, stored: Stored<V>, kind: OutcomeKind, expires_at: Instant) -> Outcome<V> {
+        let cfg = &self.inner.cfg;
+        let expires_at = match stored.via {
+            Via::Ran if stored.recorded => expires_at
+                .checked_sub(cfg.local_ttl)
+                .map_or(expires_at, |completed| completed + cfg.ttl),
+            _ => expires_at,
+        };
         let (kind, source, token) = match (kind, stored.via) {
             (kind, Via::Ran) => (kind, Source::ThisInstance, Some(stored.token)),
             (OutcomeKind::Executed, Via::Retained) => (

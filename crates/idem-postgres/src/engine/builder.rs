@@ -210,6 +210,7 @@ where
         Ok(PgEngine {
             inner: Arc::new(Inner {
                 local,
+                local_ttl,
                 db,
                 codec: self.codec,
                 cfg: self.cfg,

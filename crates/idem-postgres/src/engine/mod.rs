@@ -28,6 +28,8 @@ use crate::transaction::PgTransaction;
 
 pub(crate) struct Inner<V, C> {
     pub(crate) local: Engine<V>,
+    /// The local engine's TTL, to tell the table's expiry from the local copy's.
+    pub(crate) local_ttl: Duration,
     pub(crate) db: Arc<Db>,
     pub(crate) codec: C,
     pub(crate) cfg: TxConfig,
@@ -245,7 +247,34 @@ where
                     .await
             }
         };
-        self.settle(scope, fingerprint, result).await
+        let settled = self.settle(scope, fingerprint, result).await;
+        settled.map(|out| self.record_expiry(out))
+    }
+
+    /// A result this instance ran (and its local joiners) expires from the table `ttl` after
+    /// it committed, not when the local copy does. A replay keeps the local copy's expiry: a
+    /// record read from the table does not say here when it committed.
+    fn record_expiry(&self, out: Outcome<V>) -> Outcome<V> {
+        if !matches!(out.kind(), OutcomeKind::Executed | OutcomeKind::Joined) {
+            return out;
+        }
+        let Some(committed) = out.expires_at().checked_sub(self.inner.local_ttl) else {
+            return out;
+        };
+        let (kind, source, token, recorded) = (
+            out.kind(),
+            out.source(),
+            out.fencing_token(),
+            out.is_recorded(),
+        );
+        Outcome::from_parts(
+            out.into_value(),
+            kind,
+            committed + self.inner.cfg.ttl,
+            source,
+            token,
+            recorded,
+        )
     }
 
     /// Turns a run that found the record committed by another run into a replay: the value is

@@ -136,3 +136,34 @@ async fn d4_sweep_now_deletes_expired_remote_tier_records_and_lapsed_claims() {
     assert_eq!(tier.sweep_now().await.unwrap(), 0);
     db.drop_schema().await;
 }
+
+/// E2 / D4: a run tells its callers when its record leaves the table (`ttl` from its commit),
+/// not when this instance's shorter-lived copy does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d4_e2_a_run_expires_with_its_table_record_not_the_local_copy() {
+    let db = TestDb::new("d4exp").await;
+    let hour = Duration::from_secs(3600);
+    let engine = PgEngine::<String>::builder(pool(&db.url, 3).await)
+        .schema(&db.schema)
+        .apply_schema(false)
+        .ttl(hour)
+        .local_ttl(Duration::from_secs(10))
+        .build()
+        .await
+        .unwrap();
+    let before = tokio::time::Instant::now();
+    let out = engine
+        .execute(
+            &scope("d4-exp", 1),
+            fp(1),
+            place_order(db.insert_order(), 1, "exp".into()),
+        )
+        .await
+        .unwrap();
+    let after = tokio::time::Instant::now();
+    assert_eq!(out.kind(), idem_dedup::OutcomeKind::Executed);
+    assert!(
+        out.expires_at() >= before + hour && out.expires_at() <= after + hour,
+        "the record lives an hour from its commit, not the local copy's 10 s"
+    );
+}

@@ -141,3 +141,39 @@ async fn t5_idem_layer_commits_the_stored_response_with_the_order() {
     assert_eq!(db.records().await, 1);
     db.drop_schema().await;
 }
+
+/// T1 / T5 over the remote-tier mode: the instance that ran the request says when its record
+/// expires; another instance replays it without `idempotent-expires-at`, which it cannot know.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t5_another_instances_replay_leaves_out_the_expiry_it_cannot_know() {
+    let db = TestDb::new("t5exp").await;
+    let instance = |tier| {
+        let engine = idem_postgres::TieredEngine::<StoredResponse>::builder(tier)
+            .build()
+            .unwrap();
+        IdemLayer::new(engine).layer(tower::service_fn(
+            |_req: Request<RequestBody<Full<Bytes>>>| async {
+                Ok::<_, Infallible>(
+                    Response::builder()
+                        .status(StatusCode::CREATED)
+                        .body(Full::new(Bytes::from_static(b"order")))
+                        .unwrap(),
+                )
+            },
+        ))
+    };
+    let a = instance(db.tier(2).await);
+    let b = instance(db.tier(2).await);
+    let ran = a.oneshot(post("exp-key-0001", "sku=1")).await.unwrap();
+    assert_eq!(ran.status(), StatusCode::CREATED);
+    assert!(ran.headers().contains_key("idempotent-expires-at"));
+    let replay = b.oneshot(post("exp-key-0001", "sku=1")).await.unwrap();
+    assert_eq!(replay.status(), StatusCode::CREATED);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert!(
+        !replay.headers().contains_key("idempotent-expires-at"),
+        "{:?}",
+        replay.headers()
+    );
+    db.drop_schema().await;
+}

@@ -14,7 +14,7 @@ use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
 use idem_core::{Code, Deadline, Reason, Scope, Status};
-use idem_dedup::{DedupError, Deduplicator, Engine, OutcomeKind};
+use idem_dedup::{DedupError, Deduplicator, Engine, OutcomeKind, Source};
 use tokio::sync::oneshot;
 use tower::{Service, ServiceExt};
 
@@ -273,7 +273,10 @@ where
             .value()
             .to_marked_response(
                 outcome.kind() != OutcomeKind::Executed,
-                Some(wall_clock(outcome.expires_at())),
+                // Another instance's result: when it leaves the shared record is not known
+                // here, and the local copy's expiry could be later, so the header is left out.
+                (!matches!(outcome.source(), Source::OtherInstance | Source::FailOpen))
+                    .then(|| wall_clock(outcome.expires_at())),
             )
             .map(Either::Left),
         (Err(DedupError::Action { status, outcome }), None) => {

@@ -28,8 +28,10 @@ use crate::wheel::Nanos;
 /// Also kept small, since a completed entry lives for the whole TTL: no timer handle (the timer
 /// queues hold `(hash, token)` for runs and `(hash, expiry)` for results instead), the run's
 /// token only while it runs, and one 8-byte [`Nanos`] field that is the start while in flight and
-/// the expiry once completed. The in-flight part is no larger than what a stored result takes,
-/// so it sits in the entry unboxed: a new key allocates nothing for it.
+/// the expiry once completed. The in-flight part (token, join cell, the caller's scope: 32
+/// bytes, the state enum's tag in the scope pointer's niche) sets the state's size, of which a
+/// stored result uses 20. Boxed, it would bring the entry to 64 bytes, at the price of an
+/// allocation per new key; unboxed, a new key allocates nothing for it.
 pub(crate) struct Entry<V> {
     /// The scope's keyed digest, computed once by the caller.
     pub(crate) id: ScopeId,

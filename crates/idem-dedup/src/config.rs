@@ -308,7 +308,7 @@ impl<V> EngineBuilder<V> {
     /// Weighs a stored value in bytes, for [`max_bytes`](Self::max_bytes) (E16), as
     /// moka's weigher does. It is called once when a value is stored and once when it is
     /// removed, so it must give the same weight for the same value; count what the value holds
-    /// (a body's length, say), the engine's own ~188 bytes per entry are bounded by
+    /// (a body's length, say), the engine's own ~108 bytes per entry are bounded by
     /// `max_entries`. Cached failures weigh nothing. Default: none.
     pub fn weigher(mut self, weigher: impl Fn(&V) -> usize + Send + Sync + 'static) -> Self {
         self.weigher = Some(Arc::new(weigher));

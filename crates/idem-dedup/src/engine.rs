@@ -18,7 +18,7 @@ use tracing::Instrument;
 use crate::config::{Config, EngineBuilder, InFlightPolicy, Weigher};
 use crate::entry::EntryInfo;
 use crate::entry::{InFlight, State};
-use crate::hash::ScopeHasher;
+use crate::hash::{ScopeHasher, ScopeId};
 use crate::inbox::{Inbox, Report};
 use crate::join::JoinCell;
 use crate::message::{Msg, Reply, RunEnd};
@@ -278,13 +278,13 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             }
             return Err(DedupError::ShuttingDown);
         }
-        let hash = inner.hasher.hash(scope.as_bytes());
-        let index = shard_index(hash, inner.shards.len());
+        let id = inner.hasher.id(scope.as_bytes());
+        let index = shard_index(id.hash(), inner.shards.len());
         // Decided before any `.await`, so the read path's answer is not kept in this future.
         // A replay served here is not timed (see the `metrics` module), and its span (E15)
         // is made only if a subscriber may want it: without one, it costs a load and a
         // branch.
-        let joined = match self.read_path(index, hash, scope, fingerprint) {
+        let joined = match self.read_path(index, id, fingerprint) {
             Some(Fast::Replay(out)) => {
                 if trace::spans_on() {
                     self.trace_now(scope, Ok(OutcomeKind::Replayed));
@@ -306,10 +306,10 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             }
             Some(cell) => Box::pin(async move { self.join(index, &cell, deadline).await }).await,
             None if trace::spans_on() => {
-                let ask = self.ask(index, hash, scope, fingerprint, deadline, action);
+                let ask = self.ask(index, id, scope, fingerprint, deadline, action);
                 self.traced(scope, ask).await
             }
-            None => Box::pin(self.ask(index, hash, scope, fingerprint, deadline, action)).await,
+            None => Box::pin(self.ask(index, id, scope, fingerprint, deadline, action)).await,
         }
     }
 
@@ -374,7 +374,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
     async fn ask<F, Fut>(
         &self,
         index: usize,
-        hash: u64,
+        id: ScopeId,
         scope: &Scope,
         fingerprint: Fingerprint,
         deadline: Option<Deadline>,
@@ -388,13 +388,14 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         // when it ends, and that read ends the timing.
         let start = Instant::now();
         let mut finished = None;
+        let hash = id.hash();
         let answer = 'call: {
             let inner = &*self.inner;
             let tx = &inner.shards[index];
             let inbox = &inner.inboxes[index];
             let (reply_tx, reply_rx) = oneshot::channel();
             let msg = Msg::Begin {
-                hash,
+                id,
                 scope: scope.clone(),
                 fingerprint,
                 reply: reply_tx,
@@ -567,24 +568,15 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
     /// `None` (take the message path) when the table is being written, or the scope is absent,
     /// failed, expired, conflicting, rejected or in flight without a cell yet — every other
     /// decision stays with the actor.
-    fn read_path(
-        &self,
-        index: usize,
-        hash: u64,
-        scope: &Scope,
-        fingerprint: Fingerprint,
-    ) -> Option<Fast<V>> {
+    fn read_path(&self, index: usize, id: ScopeId, fingerprint: Fingerprint) -> Option<Fast<V>> {
         let table = match self.inner.tables[index].try_read() {
             Ok(guard) => guard,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return None,
         };
-        let e = table.find(hash, |e| e.scope.is(scope))?;
+        let e = table.find(id.hash(), |e| e.id == id)?;
         let (v, expires) = match &e.state {
-            State::Done {
-                result: Ok(v),
-                expires,
-            } => (v, expires),
+            State::Done { result: Ok(v), .. } => (v, &e.at),
             State::InFlight(InFlight {
                 join: Some(cell), ..
             }) if e.fingerprint == fingerprint
@@ -636,13 +628,10 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
     ///
     /// [`DedupError::ShuttingDown`] once the actors stopped.
     pub async fn lookup(&self, scope: &Scope) -> Result<Option<EntryInfo>, DedupError> {
-        let hash = self.inner.hasher.hash(scope.as_bytes());
-        let index = shard_index(hash, self.inner.shards.len());
+        let id = self.inner.hasher.id(scope.as_bytes());
+        let index = shard_index(id.hash(), self.inner.shards.len());
         let (reply, rx) = oneshot::channel();
-        let scope = scope.clone();
-        self.send(index, Msg::Lookup { hash, scope, reply })
-            .finish()
-            .await?;
+        self.send(index, Msg::Lookup { id, reply }).finish().await?;
         rx.await.map_err(|_| DedupError::ShuttingDown)
     }
 
@@ -655,13 +644,10 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
     ///
     /// [`DedupError::ShuttingDown`] once the actors stopped.
     pub async fn forget(&self, scope: &Scope) -> Result<bool, DedupError> {
-        let hash = self.inner.hasher.hash(scope.as_bytes());
-        let index = shard_index(hash, self.inner.shards.len());
+        let id = self.inner.hasher.id(scope.as_bytes());
+        let index = shard_index(id.hash(), self.inner.shards.len());
         let (reply, rx) = oneshot::channel();
-        let scope = scope.clone();
-        self.send(index, Msg::Forget { hash, scope, reply })
-            .finish()
-            .await?;
+        self.send(index, Msg::Forget { id, reply }).finish().await?;
         rx.await.map_err(|_| DedupError::ShuttingDown)
     }
 

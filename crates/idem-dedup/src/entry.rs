@@ -5,92 +5,63 @@ use std::time::Duration;
 
 use idem_core::{Code, Fingerprint, Scope, Status};
 
+use crate::hash::ScopeId;
 use crate::join::JoinCell;
+use crate::quota::TenantId;
 use crate::wheel::Nanos;
 
 /// One scope's record in a shard's map: in flight (with its join cell) or completed (with its result).
 ///
 /// The table holds a `Box` per entry, not the entry itself: a hashbrown table keeps between 1.14
 /// and 2.3 slots per entry (it doubles at 7/8 full), so an 8-byte slot instead of the whole record
-/// is what keeps a completed entry small at any table size (E7). The box carries the scope's
-/// bytes inline when they fit ([`StoredScope`]), so a replay's comparison reads the same
-/// allocation as its result instead of following the scope's own pointer.
+/// is what keeps a completed entry small at any table size (E7). Inline, this 72-byte record
+/// would take 83 to 168 bytes of slots and control bytes; boxed it takes 72 plus 10 to 21
+/// (issue 17).
+///
+/// The scope is known by its keyed 128-bit digest ([`ScopeId`]), not by its bytes: 16 bytes
+/// instead of 88, compared in two words on a replay (see `hash.rs` for why a digest tells scopes
+/// apart as surely as the bytes). The digest's first half is the table hash, so the table never
+/// re-runs SipHash when it grows. A run in flight also holds the caller's [`Scope`] (shared, not
+/// copied) for its warn events (E15) and its tenant's count (E16); a completed entry lets it go
+/// and keeps the tenant's 4-byte number instead, in room the record has anyway.
 ///
 /// Also kept small, since a completed entry lives for the whole TTL: no timer handle (the timer
-/// queues hold `(hash, token)` instead) and the expiry as 8 bytes of [`Nanos`]. The in-flight part
-/// (start time and, once a duplicate arrives, the run's join cell) is smaller than a stored
-/// result, so it sits in the entry unboxed: a new key allocates nothing for it. The hash is kept
-/// (8 bytes) so the table never re-runs SipHash over the scope when it grows: that rehash cost
-/// ~400 instructions per new key, about a tenth of the new-key path.
+/// queues hold `(hash, token)` for runs and `(hash, expiry)` for results instead), the run's
+/// token only while it runs, and one 8-byte [`Nanos`] field that is the start while in flight and
+/// the expiry once completed. The in-flight part (token, join cell, the caller's scope: 32
+/// bytes, the state enum's tag in the scope pointer's niche) sets the state's size, of which a
+/// stored result uses 20. Boxed, it would bring the entry to 64 bytes (99.7 instead of 107.7
+/// heap bytes per entry in `examples/entry_bytes.rs`), but even with completed runs' boxes
+/// reused for new keys it cost 55 to 77 more instructions per new key (callgrind, the
+/// `instructions` bench; issue 17), so it stays unboxed: a new key allocates nothing for it.
 pub(crate) struct Entry<V> {
-    /// The scope's keyed hash, computed once by the caller.
-    pub(crate) hash: u64,
-    /// Identifies this run; a `Complete` or timer for an older run of the same scope is ignored.
-    pub(crate) token: u64,
-    pub(crate) scope: StoredScope,
+    /// The scope's keyed digest, computed once by the caller.
+    pub(crate) id: ScopeId,
     pub(crate) fingerprint: Fingerprint,
+    /// In flight: when the run started. Completed: the exact expiry (completion + TTL, or the
+    /// failure TTL).
+    pub(crate) at: Nanos,
     pub(crate) state: State<V>,
 }
 
-/// Bytes of a scope encoding that fit in an entry (86: with the enum's tag and length byte the
-/// field is 88 bytes and the whole entry 152, one allocator size class). A scope of a 36-character
-/// UUID key, a 12-byte tenant and a method up to 34 bytes fits; a longer one keeps a reference to
-/// the caller's shared bytes instead (16 bytes here, its own allocation elsewhere).
-pub(crate) const INLINE_SCOPE: usize = 86;
-
-/// A scope as an entry keeps it: its encoded bytes inline when they fit, else the shared bytes.
-/// Either way it is stored once (the caller's `Scope` is released when its request ends).
-pub(crate) enum StoredScope {
-    /// `bytes[..len]` is the encoding.
-    Inline { len: u8, bytes: [u8; INLINE_SCOPE] },
-    /// Too long to inline.
-    Shared(Scope),
-}
-
-impl StoredScope {
-    pub(crate) fn new(scope: Scope) -> Self {
-        let enc = scope.as_bytes();
-        match u8::try_from(enc.len()) {
-            Ok(len) if enc.len() <= INLINE_SCOPE => {
-                let mut bytes = [0; INLINE_SCOPE];
-                bytes[..enc.len()].copy_from_slice(enc);
-                StoredScope::Inline { len, bytes }
-            }
-            _ => StoredScope::Shared(scope),
-        }
-    }
-
-    #[inline]
-    pub(crate) fn as_bytes(&self) -> &[u8] {
-        match self {
-            StoredScope::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            StoredScope::Shared(scope) => scope.as_bytes(),
-        }
-    }
-
-    /// Whether this is `scope` (the same encoded bytes; K3 makes the encoding injective).
-    #[inline]
-    pub(crate) fn is(&self, scope: &Scope) -> bool {
-        self.as_bytes() == scope.as_bytes()
-    }
-}
-
 impl<V> Entry<V> {
-    /// Empties a removed entry so its allocation can hold the shard's next new key (see
-    /// [`Spares`]): returns its state and lets go of a shared scope. What is left is a few
-    /// plain bytes.
-    pub(crate) fn vacate(&mut self) -> State<V> {
-        if let StoredScope::Shared(_) = self.scope {
-            self.scope = StoredScope::Inline {
-                len: 0,
-                bytes: [0; INLINE_SCOPE],
-            };
-        }
-        let vacant = State::InFlight(InFlight {
-            started: 0,
-            join: None,
-        });
-        std::mem::replace(&mut self.state, vacant)
+    /// The table hash (the digest's first half).
+    #[inline]
+    pub(crate) fn hash(&self) -> u64 {
+        self.id.hash()
+    }
+
+    /// Whether this is the run `token`, still in flight.
+    #[inline]
+    pub(crate) fn runs(&self, token: u64) -> bool {
+        matches!(&self.state, State::InFlight(f) if f.token == token)
+    }
+
+    /// Whether this is a stored result of the scope hashed to `hash` that expires at `expires`:
+    /// what an expiry timer names (see `wheel.rs`).
+    #[inline]
+    pub(crate) fn expires_exactly(&self, hash: u64, expires: Nanos) -> bool {
+        matches!(self.state, State::Done { .. }) && self.at == expires && self.hash() == hash
     }
 }
 
@@ -101,9 +72,13 @@ impl<V> Entry<V> {
 /// as it creates, so it keeps up to [`Spares::MAX`] boxes and reuses them. This takes the
 /// allocator's free path (which, for a box that another worker thread allocated, takes that
 /// thread's arena lock) and its allocation path off the actor. The kept boxes hold no values
-/// or scopes ([`Entry::vacate`]), and at most `MAX` × 152 bytes (~150 KiB) per shard.
+/// and no callers' scopes (each holds the shard's one placeholder scope instead), and at most
+/// `MAX` × 72 bytes (72 KiB) per shard.
 pub(crate) struct Spares<V> {
     boxes: Vec<Box<Entry<V>>>,
+    /// What a kept box's state holds instead of a caller's scope; `None` (never, in practice:
+    /// the scope is a valid constant) keeps no boxes.
+    vacant: Option<Scope>,
 }
 
 impl<V> Spares<V> {
@@ -111,15 +86,27 @@ impl<V> Spares<V> {
     pub(crate) const MAX: usize = 1024;
 
     pub(crate) fn new() -> Self {
-        Spares { boxes: Vec::new() }
+        Spares {
+            boxes: Vec::new(),
+            vacant: Scope::parse("idem", "/idem.vacant", "vacant-entry").ok(),
+        }
     }
 
     /// Takes a removed entry: returns its state, and keeps the box if there is room.
     pub(crate) fn keep(&mut self, mut e: Box<Entry<V>>) -> State<V> {
-        let state = e.vacate();
-        if self.boxes.len() < Self::MAX {
-            self.boxes.push(e);
+        let Some(vacant) = &self.vacant else {
+            return e.state;
+        };
+        if self.boxes.len() >= Self::MAX {
+            return e.state;
         }
+        let empty = State::InFlight(InFlight {
+            token: 0,
+            join: None,
+            scope: vacant.clone(),
+        });
+        let state = std::mem::replace(&mut e.state, empty);
+        self.boxes.push(e);
         state
     }
 
@@ -146,16 +133,21 @@ pub(crate) enum State<V> {
     Done {
         /// Failures are boxed behind an `Arc` so a stored success costs only `V`.
         result: Result<V, Arc<Status>>,
-        /// Exact expiry: completion + TTL (or the failure TTL).
-        expires: Nanos,
+        /// Whose use this entry counts in (E16).
+        tenant: TenantId,
     },
 }
 
 pub(crate) struct InFlight<V> {
-    pub(crate) started: Nanos,
+    /// Identifies this run; a report or lease timer for an older run of the same scope is
+    /// ignored.
+    pub(crate) token: u64,
     /// Created by the actor for the run's first duplicate; later ones find it on the read path
     /// (see `join.rs`). `None` while nobody waits, so a new key allocates nothing for it.
     pub(crate) join: Option<Arc<JoinCell<V>>>,
+    /// The leader's scope, shared: its tenant is counted in (E16), and a run that ends badly is
+    /// named in the warn event (E15). Let go when the run completes.
+    pub(crate) scope: Scope,
 }
 
 /// What an operator sees when looking a scope up (E13).
@@ -186,7 +178,7 @@ pub enum EntryState {
 impl<V> Entry<V> {
     /// Whether a stored result has passed its exact expiry at `now`.
     pub(crate) fn is_expired(&self, now: Nanos) -> bool {
-        matches!(&self.state, State::Done { expires, .. } if now >= *expires)
+        matches!(&self.state, State::Done { .. }) && now >= self.at
     }
 
     pub(crate) fn info(&self, now: Nanos, ttl: Duration, failure_ttl: Duration) -> EntryInfo {
@@ -196,10 +188,11 @@ impl<V> Entry<V> {
                 state: EntryState::InFlight {
                     waiters: f.join.as_ref().map_or(0, |c| c.joined()),
                 },
-                age: Duration::from_nanos(now.saturating_sub(f.started)),
+                age: Duration::from_nanos(now.saturating_sub(self.at)),
                 expires_in: None,
             },
-            State::Done { result, expires } => {
+            State::Done { result, .. } => {
+                let expires = self.at;
                 let (state, ttl) = match result {
                     Ok(_) => (EntryState::Completed, ttl),
                     Err(s) => (EntryState::CachedFailure(s.code()), failure_ttl),
@@ -218,45 +211,64 @@ impl<V> Entry<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hash::ScopeHasher;
 
-    /// E7: what an entry's box costs. The in-flight part is unboxed only because it fits in the
-    /// space a stored result takes anyway, and the inline scope is sized to land on 152 bytes;
-    /// this pins both.
+    /// E7 (issue 17): what an entry's box costs, for a `u64` value and an `Arc<[u8]>` one alike.
+    /// The in-flight part is unboxed only because it fits in the room a stored result takes
+    /// (the state enum's tag sits in the scope pointer's niche); this pins both.
     #[test]
-    fn e7_entry_is_152_bytes_for_an_arc_value() {
-        assert_eq!(std::mem::size_of::<StoredScope>(), 88);
-        assert_eq!(std::mem::size_of::<Entry<Arc<[u8]>>>(), 152);
-        // A `u64` result is 8 bytes smaller than an `Arc<[u8]>` one.
-        assert_eq!(std::mem::size_of::<Entry<u64>>(), 144);
+    fn e7_entry_is_72_bytes() {
+        assert_eq!(std::mem::size_of::<State<u64>>(), 32);
+        assert_eq!(std::mem::size_of::<State<Arc<[u8]>>>(), 32);
+        assert_eq!(std::mem::size_of::<Entry<u64>>(), 72);
+        assert_eq!(std::mem::size_of::<Entry<Arc<[u8]>>>(), 72);
     }
 
     fn scope(tenant: &str, method: &str, key: &str) -> Scope {
         Scope::parse(tenant, method, key).expect("valid scope")
     }
 
-    fn done(scope: Scope, value: Arc<[u8]>) -> Entry<Arc<[u8]>> {
+    fn done(id: ScopeId, value: Arc<[u8]>) -> Entry<Arc<[u8]>> {
         Entry {
-            hash: 1,
-            token: 2,
-            scope: StoredScope::new(scope),
+            id,
             fingerprint: Fingerprint::of(b"body"),
+            at: 3,
             state: State::Done {
                 result: Ok(value),
-                expires: 3,
+                tenant: TenantId::default(),
             },
         }
     }
 
-    /// E7: a removed entry kept for reuse holds neither its value nor a long scope's shared
-    /// bytes; the next new key gets the same allocation; no more than `MAX` are kept.
+    fn in_flight(id: ScopeId, scope: Scope) -> Entry<Arc<[u8]>> {
+        Entry {
+            id,
+            fingerprint: Fingerprint::of(b"body"),
+            at: 3,
+            state: State::InFlight(InFlight {
+                token: 9,
+                join: None,
+                scope,
+            }),
+        }
+    }
+
+    fn held_scope(e: &Entry<Arc<[u8]>>) -> &Scope {
+        match &e.state {
+            State::InFlight(f) => &f.scope,
+            State::Done { .. } => panic!("expected an in-flight state"),
+        }
+    }
+
+    /// E7: a removed entry kept for reuse holds neither its value nor its caller's scope; the
+    /// next new key gets the same allocation; no more than `MAX` are kept.
     #[test]
     fn e7_spare_boxes_let_go_of_values_and_scopes_and_are_reused() {
+        let hasher = ScopeHasher::random();
         let mut spares = Spares::new();
         let value: Arc<[u8]> = Arc::from(&b"result"[..]);
-        let method = format!("/{}/CreateOrder", "very.long.package.name".repeat(8));
-        let long = scope("t", &method, "key-00000001");
-        let e = Box::new(done(long.clone(), value.clone()));
-        assert!(matches!(e.scope, StoredScope::Shared(_)));
+        let s1 = scope("t", "/m", "key-00000001");
+        let e = Box::new(done(hasher.id(s1.as_bytes()), value.clone()));
         let addr = std::ptr::from_ref::<Entry<_>>(&*e);
         assert_eq!(Arc::strong_count(&value), 2);
         let state = spares.keep(e);
@@ -266,51 +278,59 @@ mod tests {
             1,
             "the kept box dropped the value"
         );
-        assert!(
-            matches!(spares.boxes[0].scope, StoredScope::Inline { len: 0, .. }),
-            "and the long scope's shared bytes"
-        );
         assert_eq!(spares.len(), 1);
 
-        let next = spares.boxed(done(scope("t", "/m", "key-00000002"), value.clone()));
+        // An in-flight entry's scope is replaced by the placeholder when its box is kept.
+        let s2 = scope("t", "/m", "key-00000002");
+        let next = spares.boxed(in_flight(hasher.id(s2.as_bytes()), s2.clone()));
         assert_eq!(std::ptr::from_ref::<Entry<_>>(&*next), addr, "reused");
-        assert!(next.scope.is(&scope("t", "/m", "key-00000002")));
+        assert_eq!(next.id, hasher.id(s2.as_bytes()));
         assert_eq!(spares.len(), 0);
+        assert_eq!(held_scope(&next), &s2);
+        let state = spares.keep(next);
+        assert!(matches!(&state, State::InFlight(f) if f.scope == s2));
+        assert_ne!(
+            held_scope(&spares.boxes[0]),
+            &s2,
+            "the caller's scope is let go"
+        );
+        drop(state);
 
         for _ in 0..Spares::<Arc<[u8]>>::MAX + 10 {
-            drop(spares.keep(Box::new(done(
-                scope("t", "/m", "key-00000003"),
-                value.clone(),
-            ))));
+            let id = hasher.id(s1.as_bytes());
+            drop(spares.keep(Box::new(done(id, value.clone()))));
         }
         assert_eq!(spares.len(), Spares::<Arc<[u8]>>::MAX);
-        assert_eq!(Arc::strong_count(&value), 2, "only `next` still holds it");
+        assert_eq!(Arc::strong_count(&value), 1, "no kept box holds it");
     }
 
-    /// K3/E8: an entry's scope compares by the encoded bytes, inline or shared, at and around the
-    /// inline limit, and never equals another scope.
+    /// K3/E8 (issue 17): an entry knows its scope by the keyed digest of the encoding: the same
+    /// scope gives the same digest however it was built, and other scopes, even with the same
+    /// bytes split differently over tenant and method, or longer than any inline copy, do not.
     #[test]
-    fn k3_stored_scope_inline_and_shared_compare_by_bytes() {
-        // 2 + tenant + 2 + method + key bytes: a 64-byte key (K1's longest) and a method that
-        // brings the encoding to the limit, then one byte over it.
-        let key = "k".repeat(64);
-        let method = |n: usize| "m".repeat(n);
-        let fits = scope("t", &method(INLINE_SCOPE - 64 - 5), &key);
-        let over = scope("t", &method(INLINE_SCOPE - 64 - 4), &key);
-        assert_eq!(fits.as_bytes().len(), INLINE_SCOPE);
-        let (a, b) = (
-            StoredScope::new(fits.clone()),
-            StoredScope::new(over.clone()),
-        );
-        assert!(matches!(a, StoredScope::Inline { .. }));
-        assert!(matches!(b, StoredScope::Shared(_)));
-        assert!(a.is(&fits) && !a.is(&over));
-        assert!(b.is(&over) && !b.is(&fits));
-        assert_eq!(a.as_bytes(), fits.as_bytes());
-        // Same bytes split differently over tenant and method are other scopes (K3).
+    fn k3_entries_tell_scopes_apart_by_their_digest() {
+        let hasher = ScopeHasher::random();
+        let id = |s: &Scope| hasher.id(s.as_bytes());
         let x = scope("ab", "c", "key-0001");
         let y = scope("a", "bc", "key-0001");
-        assert!(StoredScope::new(x.clone()).is(&x));
-        assert!(!StoredScope::new(x).is(&y));
+        assert_eq!(id(&x), id(&x.clone()));
+        assert_eq!(id(&x), id(&scope("ab", "c", "key-0001")));
+        assert_ne!(id(&x), id(&y));
+        let key = "k".repeat(64);
+        let method = format!("/{}/CreateOrder", "very.long.package.name".repeat(8));
+        let long = scope("t", &method, &key);
+        let longer = scope("t", &format!("{method}x"), &key);
+        assert_ne!(id(&long), id(&longer));
+        let e = done(id(&long), Arc::from(&b"v"[..]));
+        assert!(e.expires_exactly(id(&long).hash(), 3));
+        assert!(!e.expires_exactly(id(&long).hash(), 4));
+        assert!(!e.expires_exactly(id(&longer).hash(), 3));
+        assert!(!e.runs(9));
+        let f = in_flight(id(&y), y.clone());
+        assert!(f.runs(9) && !f.runs(8));
+        assert!(
+            !f.expires_exactly(id(&y).hash(), 3),
+            "a run is no stored result"
+        );
     }
 }

@@ -98,13 +98,15 @@
 //!
 //! ## Memory per entry
 //!
-//! A completed entry costs an 8-byte table slot (a hashbrown table keeps 1.14 to 2.3 slots per
-//! entry), one 152-byte allocation that holds the scope's encoded bytes inline when they fit in
-//! 86 bytes (tenant + method + key + 4; longer scopes keep a reference to the caller's shared
-//! bytes instead), the value `V` inside it, and a 16-byte timer-queue item: about 188 bytes for a
-//! `u64` value at 1,000,000 entries (`examples/entry_bytes.rs`). A shard also keeps up to 1,024
-//! emptied allocations of removed entries (about 150 KiB) to reuse for new keys, so a steady
-//! stream of new keys and expiries does not go through the allocator twice per key. See the
+//! A completed entry costs an 8-byte table slot and a control byte (a hashbrown table keeps 1.14
+//! to 2.3 slots per entry), one 72-byte allocation, and a 16-byte timer-queue item: about 108
+//! bytes for a `u64` value at 1,000,000 entries (`examples/entry_bytes.rs`). The allocation holds
+//! a keyed 128-bit digest of the scope instead of its encoded bytes (a replay compares two words;
+//! clients cannot make two scopes share a digest, since they never learn the key), the
+//! fingerprint, the expiry and the value: 72 bytes for a `u64` or any `Arc` value, more for a
+//! larger `V`. A shard also keeps up to 1,024 emptied allocations of removed entries (about
+//! 72 KiB) to reuse for new keys, so a steady stream of new keys and expiries does not go
+//! through the allocator twice per key. See the
 //! repository's `BENCHMARKS.md` for the comparison with other stores.
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -4,6 +4,7 @@ use idem_core::{Fingerprint, Scope, Status};
 use tokio::sync::oneshot;
 
 use crate::entry::EntryInfo;
+use crate::hash::ScopeId;
 use crate::wheel::Nanos;
 use crate::{DedupError, Outcome};
 
@@ -11,22 +12,21 @@ use crate::{DedupError, Outcome};
 pub(crate) enum Msg<V> {
     /// A call for `scope`: the shard answers `Lead` (run the action) or `Done` (replay, conflict,
     /// full, reject; for a run in flight, when it ends).
+    /// `scope` is the caller's (shared): a new run keeps it while in flight (see `entry.rs`).
     Begin {
-        hash: u64,
+        id: ScopeId,
         scope: Scope,
         fingerprint: Fingerprint,
         reply: oneshot::Sender<Reply<V>>,
     },
     /// Operator look-up (E13).
     Lookup {
-        hash: u64,
-        scope: Scope,
+        id: ScopeId,
         reply: oneshot::Sender<Option<EntryInfo>>,
     },
     /// Operator eviction (E3, E13).
     Forget {
-        hash: u64,
-        scope: Scope,
+        id: ScopeId,
         reply: oneshot::Sender<bool>,
     },
     /// Shutdown: fail what is still in flight and stop (E10).

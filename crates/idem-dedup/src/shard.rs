@@ -11,11 +11,12 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{Config, InFlightPolicy, Weigher};
 use crate::engine::{millis, Shared};
-use crate::entry::{Entry, InFlight, Spares, State, StoredScope};
+use crate::entry::{Entry, InFlight, Spares, State};
+use crate::hash::ScopeId;
 use crate::inbox::{Inbox, Report};
 use crate::join::JoinCell;
 use crate::message::{Msg, Reply, RunEnd};
-use crate::quota::{Quota, Refusal};
+use crate::quota::{Quota, Refusal, TenantId};
 use crate::tally::{Publisher, Tally};
 use crate::trace::{self, warn_scope, ScopeFields};
 use crate::wheel::{Clock, Kind, Nanos, Wheel};
@@ -217,14 +218,14 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
     fn on_msg(&mut self, msg: Msg<V>) -> bool {
         match msg {
             Msg::Begin {
-                hash,
+                id,
                 scope,
                 fingerprint,
                 reply,
-            } => self.on_begin(hash, scope, fingerprint, reply),
-            Msg::Lookup { hash, scope, reply } => {
+            } => self.on_begin(id, scope, fingerprint, reply),
+            Msg::Lookup { id, reply } => {
                 let now = self.core.clock.now();
-                let info = match self.table.find_entry(hash, |e| e.scope.is(&scope)) {
+                let info = match self.table.find_entry(id.hash(), |e| e.id == id) {
                     Ok(occ) if occ.get().is_expired(now) => {
                         // Gone, as the look-up says: its room is free before the answer
                         // (E2, E7), rather than when the timer comes round to it.
@@ -242,8 +243,8 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                 };
                 let _ = reply.send(info);
             }
-            Msg::Forget { hash, scope, reply } => {
-                let found = match self.table.find_entry(hash, |e| e.scope.is(&scope)) {
+            Msg::Forget { id, reply } => {
+                let found = match self.table.find_entry(id.hash(), |e| e.id == id) {
                     Ok(occ) => {
                         let (e, _) = occ.remove();
                         if matches!(e.state, State::InFlight(_)) {
@@ -267,19 +268,19 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
 
     fn on_begin(
         &mut self,
-        hash: u64,
+        id: ScopeId,
         scope: Scope,
         fingerprint: Fingerprint,
         reply: oneshot::Sender<Reply<V>>,
     ) {
-        let Some((scope, reply, why)) = self.begin(hash, scope, fingerprint, reply) else {
+        let Some((scope, reply, why)) = self.begin(id, scope, fingerprint, reply) else {
             return;
         };
         // Full, or the tenant at its share (E7, E16). Results of this shard's own that are
         // past their expiry but not swept yet (the timer fires a moment after the deadline)
         // take no room: expire them and ask again. Nothing unexpired is ever evicted.
         if self.expire_due(self.core.clock.now()) > 0 {
-            if let Some((_, reply, why)) = self.begin(hash, scope, fingerprint, reply) {
+            if let Some((_, reply, why)) = self.begin(id, scope, fingerprint, reply) {
                 self.core.refuse(reply, why);
             }
         } else {
@@ -291,18 +292,18 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
     /// be admitted, with why.
     fn begin(
         &mut self,
-        hash: u64,
+        id: ScopeId,
         scope: Scope,
         fingerprint: Fingerprint,
         reply: oneshot::Sender<Reply<V>>,
     ) -> Option<(Scope, oneshot::Sender<Reply<V>>, Refusal)> {
-        let slot = self.table.entry(hash, |e| e.scope.is(&scope), |e| e.hash);
+        let slot = self.table.entry(id.hash(), |e| e.id == id, |e| e.hash());
         let mut occ = match slot {
             Slot::Vacant(vacant) => {
                 let spares = &mut self.spares;
                 return self
                     .core
-                    .begin_vacant(vacant, spares, hash, scope, fingerprint, reply);
+                    .begin_vacant(vacant, spares, id, scope, fingerprint, reply);
             }
             Slot::Occupied(occ) => occ,
         };
@@ -315,7 +316,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
             let spares = &mut self.spares;
             return self
                 .core
-                .begin_vacant(vacant, spares, hash, scope, fingerprint, reply);
+                .begin_vacant(vacant, spares, id, scope, fingerprint, reply);
         }
         let e = occ.get_mut();
         if e.fingerprint != fingerprint {
@@ -324,6 +325,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
             return None;
         }
         let core = &mut self.core;
+        let expires = e.at;
         match &mut e.state {
             State::InFlight(f) => match core.cfg.in_flight_policy {
                 InFlightPolicy::Wait => {
@@ -341,13 +343,13 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                     })));
                 }
             },
-            State::Done { result, expires } => {
+            State::Done { result, .. } => {
                 core.tally.replayed += 1;
                 let answer = match result {
                     Ok(v) => Ok(Outcome::new(
                         v.clone(),
                         OutcomeKind::Replayed,
-                        core.clock.instant(*expires),
+                        core.clock.instant(expires),
                     )),
                     Err(status) => Err(DedupError::Action {
                         status: (**status).clone(),
@@ -363,13 +365,10 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
     /// Applies a run's end; returns false when the run had already ended (by its lease, a
     /// forget or shutdown) and the report changed nothing.
     fn on_complete(&mut self, hash: u64, token: u64, end: RunEnd<V>) -> bool {
-        let Ok(mut occ) = self.table.find_entry(hash, |e| e.token == token) else {
+        let Ok(mut occ) = self.table.find_entry(hash, |e| e.runs(token)) else {
             // The run was already ended by its lease, a forget or shutdown.
             return false;
         };
-        if !matches!(occ.get().state, State::InFlight(_)) {
-            return false;
-        }
         let core = &mut self.core;
         let cached = match &end {
             RunEnd::Finished(Ok(_), at) => Some((*at, core.cfg.ttl)),
@@ -380,12 +379,14 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         };
         let Some((at, ttl)) = cached else {
             let (e, _) = occ.remove();
-            match &end {
-                RunEnd::Panicked(message) => {
-                    warn_run_end(&core.cfg, &e.scope, BadEnd::Panic(message))
+            if let State::InFlight(f) = &e.state {
+                match &end {
+                    RunEnd::Panicked(message) => {
+                        warn_run_end(&core.cfg, &f.scope, BadEnd::Panic(message))
+                    }
+                    RunEnd::LeaseExpired => warn_run_end(&core.cfg, &f.scope, BadEnd::Lease),
+                    _ => {}
                 }
-                RunEnd::LeaseExpired => warn_run_end(&core.cfg, &e.scope, BadEnd::Lease),
-                _ => {}
             }
             let e = take(&mut self.spares, core, &self.weigher, e);
             match end {
@@ -426,14 +427,21 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
             _ => return true,
         };
         let kind = if failed { Kind::FailureTtl } else { Kind::Ttl };
-        core.wheel.insert(kind, expires, hash, token);
+        // A stored result's timer names it by its exact expiry (see `wheel.rs`).
+        core.wheel.insert(kind, expires, hash, expires);
         let e = occ.get_mut();
+        let tenant = match &e.state {
+            State::InFlight(f) => core.quota.id(f.scope.as_bytes()),
+            State::Done { tenant, .. } => *tenant,
+        };
         if let (Some(weigh), Ok(v)) = (&self.weigher, &result) {
             let weight = weigh(v);
-            core.quota.add_bytes(e.scope.as_bytes(), weight);
+            core.quota.add_bytes(tenant, weight);
             core.added_bytes += weight;
         }
-        let State::InFlight(f) = std::mem::replace(&mut e.state, State::Done { result, expires })
+        e.at = expires;
+        // The run's scope goes with its in-flight state: a stored result keeps its digest only.
+        let State::InFlight(f) = std::mem::replace(&mut e.state, State::Done { result, tenant })
         else {
             return true;
         };
@@ -497,10 +505,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
     /// in the order they started, so the front is usually the run that just completed.
     fn trim_leases(&mut self) {
         while let Some((hash, token)) = self.core.wheel.front(Kind::Lease) {
-            let live = self
-                .table
-                .find(hash, |e| e.token == token)
-                .is_some_and(|e| matches!(e.state, State::InFlight(_)));
+            let live = self.table.find(hash, |e| e.runs(token)).is_some();
             if live {
                 break;
             }
@@ -555,7 +560,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
     ) -> bool {
         let lease = nanos(self.core.cfg.in_flight_timeout);
         let mut warmed = 0;
-        while let Some((hash, token)) = self.core.wheel.front(kind) {
+        while let Some((hash, tag)) = self.core.wheel.front(kind) {
             if warmed == 0 {
                 warmed = self.warm(kind);
             }
@@ -564,17 +569,16 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                 return true;
             }
             *budget -= 1;
-            let Ok(occ) = self.table.find_entry(hash, |e| e.token == token) else {
-                self.core.wheel.pop(kind); // the run is gone
+            let Ok(occ) = self.table.find_entry(hash, |e| names(e, kind, hash, tag)) else {
+                // The run or result is gone (a lease of a run that completed, a result
+                // forgotten or replaced).
+                self.core.wheel.pop(kind);
                 continue;
             };
-            let deadline = match (&occ.get().state, kind) {
-                (State::InFlight(f), Kind::Lease) => f.started.saturating_add(lease),
-                (State::Done { expires, .. }, Kind::Ttl | Kind::FailureTtl) => *expires,
-                _ => {
-                    self.core.wheel.pop(kind); // a lease of a run that completed
-                    continue;
-                }
+            let at = occ.get().at;
+            let deadline = match kind {
+                Kind::Lease => at.saturating_add(lease),
+                Kind::Ttl | Kind::FailureTtl => at,
             };
             if deadline > now {
                 *next = Some(next.map_or(deadline, |n| n.min(deadline)));
@@ -582,8 +586,8 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
             }
             self.core.wheel.pop(kind);
             let (e, _) = occ.remove();
-            if matches!(e.state, State::InFlight(_)) {
-                warn_run_end(&self.core.cfg, &e.scope, BadEnd::Lease);
+            if let State::InFlight(f) = &e.state {
+                warn_run_end(&self.core.cfg, &f.scope, BadEnd::Lease);
             }
             let e = take(&mut self.spares, &mut self.core, &self.weigher, e);
             let core = &mut self.core;
@@ -609,13 +613,10 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
     fn warm(&self, kind: Kind) -> usize {
         let mut seen = 0;
         let mut sum: u64 = 0;
-        for (hash, token) in self.core.wheel.upcoming(kind, WARM) {
+        for (hash, tag) in self.core.wheel.upcoming(kind, WARM) {
             seen += 1;
-            if let Some(e) = self.table.find(hash, |e| e.token == token) {
-                sum = sum.wrapping_add(match &e.state {
-                    State::InFlight(f) => f.started,
-                    State::Done { expires, .. } => *expires,
-                });
+            if let Some(e) = self.table.find(hash, |e| names(e, kind, hash, tag)) {
+                sum = sum.wrapping_add(e.at);
             }
         }
         std::hint::black_box(sum);
@@ -679,7 +680,7 @@ impl Core {
         &mut self,
         vacant: VacantEntry<'_, Box<Entry<V>>>,
         spares: &mut Spares<V>,
-        hash: u64,
+        id: ScopeId,
         scope: Scope,
         fingerprint: Fingerprint,
         reply: oneshot::Sender<Reply<V>>,
@@ -718,16 +719,17 @@ impl Core {
             self.shared.entries.fetch_sub(1, Relaxed);
             return None;
         }
-        self.wheel.insert(Kind::Lease, lease_deadline, hash, token);
+        self.wheel
+            .insert(Kind::Lease, lease_deadline, id.hash(), token);
         self.quota.add_entry(scope.as_bytes());
         vacant.insert(spares.boxed(Entry {
-            hash,
-            token,
-            scope: StoredScope::new(scope),
+            id,
             fingerprint,
+            at: started,
             state: State::InFlight(InFlight {
-                started,
+                token,
                 join: None,
+                scope,
             }),
         }));
         self.tally.executed += 1;
@@ -812,7 +814,11 @@ fn take<V>(
         (Some(weigh), State::Done { result: Ok(v), .. }) => weigh(v),
         _ => 0,
     };
-    core.quota.remove(e.scope.as_bytes(), weight);
+    let tenant: TenantId = match &e.state {
+        State::InFlight(f) => core.quota.id(f.scope.as_bytes()),
+        State::Done { tenant, .. } => *tenant,
+    };
+    core.quota.remove(tenant, weight);
     core.released_bytes += weight;
     spares.keep(e)
 }
@@ -829,14 +835,11 @@ enum BadEnd<'a> {
 /// The scope is decoded only when the event is enabled.
 ///
 /// [`ScopeLogging`]: crate::trace::ScopeLogging
-fn warn_run_end(cfg: &Config, scope: &StoredScope, why: BadEnd<'_>) {
+fn warn_run_end(cfg: &Config, scope: &Scope, why: BadEnd<'_>) {
     if !trace::warn_enabled() {
         return;
     }
-    let Ok(scope) = Scope::from_encoded(scope.as_bytes()) else {
-        return;
-    };
-    let fields = ScopeFields::new(&scope, cfg.scope_logging);
+    let fields = ScopeFields::new(scope, cfg.scope_logging);
     match why {
         BadEnd::Lease => warn_scope!(
             "idem_dedup.lease_expired",
@@ -853,6 +856,16 @@ fn warn_run_end(cfg: &Config, scope: &StoredScope, why: BadEnd<'_>) {
             panic = message,
             "the action panicked: its callers get INTERNAL and nothing is stored"
         ),
+    }
+}
+
+/// Whether `e` is what a timer item of `kind` names: the run `tag` for a lease, the stored result
+/// of the scope hashed to `hash` that expires at `tag` for a TTL (see `wheel.rs`).
+#[inline]
+fn names<V>(e: &Entry<V>, kind: Kind, hash: u64, tag: u64) -> bool {
+    match kind {
+        Kind::Lease => e.runs(tag),
+        Kind::Ttl | Kind::FailureTtl => e.expires_exactly(hash, tag),
     }
 }
 

@@ -3,8 +3,11 @@
 //! Every deadline of one kind is "start + a fixed duration" — the lease for runs, the TTL for
 //! stored successes, the failure TTL for cached failures — and starts come in time order, so each
 //! kind's deadlines come in order too. A FIFO queue per kind is then a complete timer wheel: 16
-//! bytes per item (`hash`, `token`), no per-item allocation, one tokio `Sleep` per shard armed for
-//! the earliest front. `tokio_util::time::DelayQueue` spent ~60–90 bytes per entry on its slab
+//! bytes per item, no per-item allocation, one tokio `Sleep` per shard armed for the earliest
+//! front. An item is the scope's hash and a tag: for a lease the run's token, for a stored
+//! result its exact expiry (a completed entry keeps no token; issue 17). Either names one entry:
+//! tokens are unique per shard, and two stored results with the same 64-bit keyed hash and the
+//! same expiry to the nanosecond, if there ever were two, are both due when the item is. `tokio_util::time::DelayQueue` spent ~60–90 bytes per entry on its slab
 //! and wheel links; a `BTreeMap` of deadlines ~36.
 //!
 //! Items are never removed by hand: the shard checks a fired front against its table (the entry
@@ -84,9 +87,10 @@ impl Wheel {
         }
     }
 
-    /// Queues a check of run `token` (of the scope hashed to `hash`) at `deadline`.
-    pub(crate) fn insert(&mut self, kind: Kind, deadline: Nanos, hash: u64, token: u64) {
-        self.queues[kind as usize].push_back((hash, token));
+    /// Queues a check at `deadline` of the entry of the scope hashed to `hash` that `tag` names:
+    /// the run's token for a lease, the result's expiry for a TTL.
+    pub(crate) fn insert(&mut self, kind: Kind, deadline: Nanos, hash: u64, tag: u64) {
+        self.queues[kind as usize].push_back((hash, tag));
         if self.armed.is_none_or(|a| deadline < a) {
             self.arm(Some(deadline));
         }

@@ -35,6 +35,52 @@ async fn e2_result_is_gone_at_exactly_completion_plus_ttl() {
     assert_eq!((r.kind(), *r.value()), (OutcomeKind::Executed, 2));
 }
 
+/// E2 (issue 17): a stored result's timer names it by its exact expiry, not by the run. A result
+/// stored again after a forget expires at its own completion + TTL: the first result's timer,
+/// due earlier, leaves it alone. Stored again at the same instant, both expire together.
+#[tokio::test(start_paused = true)]
+async fn e2_a_result_stored_again_after_a_forget_expires_at_its_own_ttl() {
+    let ttl = Duration::from_secs(60);
+    let engine = Engine::<u32>::builder().shards(1).ttl(ttl).build().unwrap();
+    let call = |s, v| {
+        let engine = &engine;
+        async move {
+            let r = engine
+                .execute(s, fp("a"), move || async move { Ok(v) })
+                .await;
+            let r = r.unwrap();
+            (r.kind(), *r.value())
+        }
+    };
+    let later = scope("order-ttl-again-1");
+    call(&later, 1).await;
+    advance(Duration::from_secs(10)).await;
+    assert!(engine.forget(&later).await.unwrap());
+    assert_eq!(call(&later, 2).await, (OutcomeKind::Executed, 2));
+    // Past the first result's expiry: its timer fires and finds nothing of its own.
+    advance(ttl - Duration::from_secs(5)).await;
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(engine.stats().outcomes.expired, 0);
+    assert_eq!(call(&later, 3).await, (OutcomeKind::Replayed, 2));
+    // At its own expiry it goes, without a read.
+    advance(Duration::from_secs(5)).await;
+    eventually("expired by the wheel", || engine.stats().completed == 0).await;
+    assert_eq!(engine.stats().outcomes.expired, 1);
+
+    let same = scope("order-ttl-again-2");
+    call(&same, 1).await;
+    assert!(engine.forget(&same).await.unwrap());
+    assert_eq!(call(&same, 2).await, (OutcomeKind::Executed, 2));
+    advance(ttl - Duration::from_millis(1)).await;
+    assert_eq!(call(&same, 3).await, (OutcomeKind::Replayed, 2));
+    advance(Duration::from_millis(1)).await;
+    eventually("expired by the wheel", || engine.stats().completed == 0).await;
+    assert_eq!(engine.stats().outcomes.expired, 2);
+    assert_eq!(call(&same, 4).await, (OutcomeKind::Executed, 4));
+}
+
 #[tokio::test(start_paused = true)]
 async fn e2_expired_results_are_removed_without_any_read() {
     let engine = Engine::<u32>::builder()

@@ -244,6 +244,54 @@ async fn e16_a_tenant_is_held_to_its_share_of_the_bytes() {
     }
 }
 
+/// E16 (issue 17): a completed entry counts in its tenant's share until it goes, by expiry or by
+/// forget, and then gives the room back to that tenant; tenants whose names are prefixes of
+/// each other are counted apart; scopes longer than any inline copy count like short ones.
+#[tokio::test(start_paused = true)]
+async fn e16_a_tenants_share_is_given_back_when_its_results_expire_or_are_forgotten() {
+    let ttl = Duration::from_secs(60);
+    // 20 entries on one shard, 25% each: 5 per tenant.
+    let engine = Engine::<Body>::builder()
+        .shards(1)
+        .max_entries(20)
+        .tenant_share(25)
+        .ttl(ttl)
+        .build()
+        .unwrap();
+    let long_method = format!("/{}/CreateOrder", "very.long.package.name".repeat(8));
+    let long = |i: u64| Scope::parse("ab", &long_method, &format!("order-{i:08}")).unwrap();
+    for i in 0..5 {
+        assert_eq!(store(&engine, &long(i), 1).await, Ok(OutcomeKind::Executed));
+        assert_eq!(
+            store(&engine, &scope_of("a", i), 1).await,
+            Ok(OutcomeKind::Executed)
+        );
+    }
+    let full = |r: Result<OutcomeKind, DedupError>| {
+        matches!(r, Err(DedupError::TenantQuotaExceeded { .. }))
+    };
+    assert!(full(store(&engine, &long(5), 1).await));
+    assert!(full(store(&engine, &scope_of("a", 5), 1).await));
+    // A forget gives one entry back to its tenant only.
+    assert!(engine.forget(&scope_of("a", 0)).await.unwrap());
+    assert!(full(store(&engine, &long(5), 1).await));
+    assert_eq!(
+        store(&engine, &scope_of("a", 5), 1).await,
+        Ok(OutcomeKind::Executed)
+    );
+    // Expiry gives everything back.
+    advance(ttl).await;
+    eventually("expired", || engine.stats().completed == 0).await;
+    for i in 10..15 {
+        assert_eq!(store(&engine, &long(i), 1).await, Ok(OutcomeKind::Executed));
+        assert_eq!(
+            store(&engine, &scope_of("a", i), 1).await,
+            Ok(OutcomeKind::Executed)
+        );
+    }
+    assert!(full(store(&engine, &long(15), 1).await));
+}
+
 /// E16: the byte budget's settings are refused unless they make sense, naming the rule.
 #[tokio::test]
 async fn e16_builder_refuses_a_byte_budget_without_a_weigher_and_a_bad_share() {

@@ -3,9 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{Code, Fingerprint, Scope, Status};
+use idem_core::{Fingerprint, Scope, Status};
 
 use crate::hash::ScopeId;
+use crate::info::{EntryInfo, EntryState};
 use crate::join::JoinCell;
 use crate::quota::TenantId;
 use crate::wheel::Nanos;
@@ -148,31 +149,6 @@ pub(crate) struct InFlight<V> {
     /// The leader's scope, shared: its tenant is counted in (E16), and a run that ends badly is
     /// named in the warn event (E15). Let go when the run completes.
     pub(crate) scope: Scope,
-}
-
-/// What an operator sees when looking a scope up (E13).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EntryInfo {
-    /// In flight or completed.
-    pub state: EntryState,
-    /// Time since the run started (in flight) or completed (completed).
-    pub age: Duration,
-    /// Time until the stored result expires; `None` while in flight.
-    pub expires_in: Option<Duration>,
-}
-
-/// The state part of [`EntryInfo`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EntryState {
-    /// A run is going on.
-    InFlight {
-        /// Callers waiting for it (the leader not counted).
-        waiters: usize,
-    },
-    /// A success is stored and will be replayed.
-    Completed,
-    /// A failure with a cacheable code is stored and will be replayed (E13).
-    CachedFailure(Code),
 }
 
 impl<V> Entry<V> {

@@ -117,6 +117,10 @@
     rust_2018_idioms
 )]
 
+// How the engine's own modules depend on each other, one way only: `engine` (the handle and
+// one call's way, `engine/call.rs`) starts `shard` actors (the loop, `apply`, `expiry`); both
+// use `shared` (engine-wide counters, the published tables), which uses `entry`; `entry` uses
+// `join`, `join` uses `message`, and `message` uses `info` (what `lookup` returns).
 mod codec;
 mod config;
 mod deduplicator;
@@ -125,6 +129,7 @@ mod entry;
 mod error;
 mod hash;
 mod inbox;
+mod info;
 mod join;
 mod message;
 pub mod metrics;
@@ -133,6 +138,7 @@ mod quota;
 pub mod remote;
 mod run;
 mod shard;
+mod shared;
 mod stats;
 mod tally;
 pub mod tiered;
@@ -145,7 +151,7 @@ pub use codec::{BytesCodec, Codec};
 pub use config::{ConfigError, EngineBuilder, InFlightPolicy};
 pub use deduplicator::Deduplicator;
 pub use engine::{Engine, ShutdownReport};
-pub use entry::{EntryInfo, EntryState};
 pub use error::DedupError;
+pub use info::{EntryInfo, EntryState};
 pub use outcome::{Outcome, OutcomeKind, Source};
 pub use stats::{OutcomeCounts, ShardStats, Stats};

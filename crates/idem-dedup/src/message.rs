@@ -3,8 +3,8 @@
 use idem_core::{Fingerprint, Scope, Status};
 use tokio::sync::oneshot;
 
-use crate::entry::EntryInfo;
 use crate::hash::ScopeId;
+use crate::info::EntryInfo;
 use crate::wheel::Nanos;
 use crate::{DedupError, Outcome};
 

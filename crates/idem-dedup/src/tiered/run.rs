@@ -14,8 +14,8 @@ use super::builder::OnUnavailable;
 use super::stats::{Event, Op};
 use super::{Inner, Stored, Via};
 use crate::codec::Codec;
-use crate::engine::millis;
 use crate::remote::{Claim, ClaimOutcome, Commit, FencingToken, OwnerId, RemoteTier};
+use crate::shared::millis;
 use crate::trace::{self, warn_scope, ScopeFields};
 
 /// The local leader's run: claim, then run / replay / wait / refuse.

@@ -49,13 +49,14 @@ struct Inner<V> {
 /// # Concurrent calls with the same scope
 ///
 /// Of N concurrent calls with one scope and one fingerprint, exactly one runs the action
-/// ([`OutcomeKind::Executed`](crate::OutcomeKind::Executed)); the others wait for it and get a clone of the same value
-/// ([`OutcomeKind::Joined`](crate::OutcomeKind::Joined)), or, under [`InFlightPolicy::Reject`](crate::InFlightPolicy::Reject),
-/// an immediate [`DedupError::InFlight`]. Calls that arrive after it completed, within the TTL, get
-/// the stored value ([`OutcomeKind::Replayed`](crate::OutcomeKind::Replayed)). If the action fails, every waiter gets the same
-/// error and nothing is stored (unless its code is declared cacheable), so the next call runs it
-/// again. A call with the same scope but another fingerprint gets [`DedupError::Conflict`] and runs
-/// nothing.
+/// ([`OutcomeKind::Executed`](crate::OutcomeKind::Executed)); the others wait for it and get a
+/// clone of the same value ([`OutcomeKind::Joined`](crate::OutcomeKind::Joined)), or, under
+/// [`InFlightPolicy::Reject`](crate::InFlightPolicy::Reject), an immediate
+/// [`DedupError::InFlight`]. Calls that arrive after it completed, within the TTL, get the stored
+/// value ([`OutcomeKind::Replayed`](crate::OutcomeKind::Replayed)). If the action fails, every
+/// waiter gets the same error and nothing is stored (unless its code is declared cacheable), so the
+/// next call runs it again. A call with the same scope but another fingerprint gets
+/// [`DedupError::Conflict`] and runs nothing.
 ///
 /// # Cancellation safety
 ///

@@ -24,7 +24,9 @@
 //!   does not depend on whether `wrk` or the server was the bottleneck, and their ratio (bare
 //!   over layered, per pair): the throughput ratio of a server that has its core to itself.
 //! * `IDEM_HTTP_ONLY=unique` (or `replay`) runs one workload (for profiling); `IDEM_HTTP_CONNS`
-//!   (64) sets wrk's connections, `IDEM_HTTP_WORKERS` (1) the server's tokio workers.
+//!   (64) sets wrk's connections, `IDEM_HTTP_WORKERS` (1) the server's tokio workers;
+//!   `IDEM_HTTP_PROFILE=bare` (or `layered`) drives only that server and writes no summary, so
+//!   `perf record` sees one side.
 //!
 //! Writes `target/idem-bench/http_shop.json` and prints a table.
 
@@ -417,15 +419,20 @@ fn main() {
     let mut workloads = Map::new();
     let mut table = Vec::new();
     let only = std::env::var("IDEM_HTTP_ONLY").unwrap_or_default();
+    // `IDEM_HTTP_PROFILE=bare|layered`: drive only that server (for `perf record`); no summary.
+    let profile_side = std::env::var("IDEM_HTTP_PROFILE").ok();
     for (name, script) in [("unique", &unique_lua), ("replay", &replay_lua)] {
         if !only.is_empty() && !only.split(',').any(|w| w.trim() == name) {
             continue;
         }
         // Warm-up: connections, allocator, the engine's tables; measured by nobody.
-        for addr in [bare, layered] {
+        for (side, addr) in [("bare", bare), ("layered", layered)] {
+            if profile_side.as_deref().is_some_and(|p| p != side) {
+                continue;
+            }
             run_id += 1;
             run_wrk(&load, script, addr, 2, run_id);
-            rt.block_on(tokio::time::sleep(gap));
+            rt.block_on(async { tokio::time::sleep(gap).await });
         }
         let (mut b, mut l, mut ratios, mut cpu_diff, mut cpu_ratios) =
             (vec![], vec![], vec![], vec![], vec![]);
@@ -438,6 +445,9 @@ fn main() {
             };
             let (mut x, mut y) = (Wrk::default(), Wrk::default());
             for (side, addr) in order {
+                if profile_side.as_deref().is_some_and(|p| p != side) {
+                    continue;
+                }
                 run_id += 1;
                 let w = run_wrk(&load, script, addr, secs, run_id);
                 println!(
@@ -459,13 +469,19 @@ fn main() {
                 } else {
                     y = w;
                 }
-                rt.block_on(tokio::time::sleep(gap));
+                rt.block_on(async { tokio::time::sleep(gap).await });
+            }
+            if profile_side.is_some() {
+                continue;
             }
             ratios.push(y.rps / x.rps);
             cpu_diff.push(y.cpu_us_per_req - x.cpu_us_per_req);
             cpu_ratios.push(x.cpu_us_per_req / y.cpu_us_per_req);
             b.push(x);
             l.push(y);
+        }
+        if profile_side.is_some() {
+            continue;
         }
         let col = |v: &[Wrk], f: fn(&Wrk) -> f64| median(v.iter().map(f).collect());
         let ratio = median(ratios);
@@ -525,6 +541,9 @@ fn main() {
             "ttl_ms": ttl.as_millis() as u64, "body": BODY,
         }
     });
+    if profile_side.is_some() {
+        return;
+    }
     let path = dir.join("http_shop.json");
     std::fs::write(
         &path,

@@ -251,6 +251,14 @@ fn cpu_ns() -> u64 {
         .sum()
 }
 
+/// This process' resident memory in MiB (`/proc/self/statm`, 4 KiB pages), 0 where unknown.
+fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .map_or(0.0, |pages| pages * 4096.0 / (1 << 20) as f64)
+}
+
 /// What one `wrk` run measured.
 #[derive(Debug, Clone, Default)]
 struct Wrk {
@@ -452,13 +460,20 @@ fn main() {
                 let w = run_wrk(&load, script, addr, secs, run_id);
                 println!(
                     "  {name} pair {pair} {side:>7}: {:>9.0} req/s  p50 {:>7.0} us  p99 {:>7.0} us  \
-                     server {:>5.1} us/req, busy {:.2}  bad {}",
-                    w.rps, w.p50_us, w.p99_us, w.cpu_us_per_req, w.server_busy, w.bad
+                     server {:>5.1} us/req, busy {:.2}  bad {}  rss {:.0} MiB",
+                    w.rps,
+                    w.p50_us,
+                    w.p99_us,
+                    w.cpu_us_per_req,
+                    w.server_busy,
+                    w.bad,
+                    rss_mib()
                 );
                 runs.push(json!({
                     "pair": pair, "side": side, "rps": w.rps.round(), "p50_us": w.p50_us,
                     "p99_us": w.p99_us, "server_cpu_us_per_req": r3(w.cpu_us_per_req),
                     "server_busy": r3(w.server_busy), "bad_responses": w.bad,
+                    "server_rss_mib_after": rss_mib().round(),
                 }));
                 assert_eq!(
                     w.bad, 0,

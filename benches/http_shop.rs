@@ -1,0 +1,583 @@
+//! The user-level benchmark (issue 17): the axum shop's `POST /orders` with and without
+//! `idem_tower::IdemLayer` in front, driven over loopback by `wrk`, the two servers alternated in
+//! one run, and the ratios layered / bare reported.
+//!
+//! `cargo bench -p idem-benches --bench http_shop`; `IDEM_BENCH_QUICK=1` for a shorter run. Needs
+//! `wrk` on the `PATH` (`apt-get install -y wrk`); without it the bench says so and exits 0.
+//!
+//! * One process serves both: the bare router on one loopback port, the layered router on
+//!   another. Both have the same handler (the shop's `create_order` with no simulated work) and
+//!   the shop's toy [`BearerTenantLayer`]; the layered one adds `IdemLayer` inside it, as
+//!   `idem_shop::http::router` stacks them. The engine is in-process (`idem_dedup::Engine`),
+//!   results kept 1 s (`IDEM_HTTP_TTL_MS`), as in the peers bench's unique workload.
+//! * With `taskset` and at least 2 CPUs, the bench re-runs itself under `taskset -c 0` (the
+//!   server: a tokio runtime with one worker) and starts each `wrk` under `taskset -c 1`.
+//! * Two workloads: `unique` (every request a fresh `Idempotency-Key`, from a Lua counter) and
+//!   `replay` (one key and one body for the whole run; the layered server runs the handler once
+//!   per TTL and replays the stored response to the rest). The bare server runs the handler for
+//!   every request in both.
+//! * Per workload: a warm-up run of each server, then `IDEM_HTTP_PAIRS` pairs (5; quick 3) of
+//!   `IDEM_HTTP_SECS`-second runs (5; quick 3), which server goes first alternating, a pause of
+//!   `IDEM_HTTP_GAP_MS` (1,500 ms) after each run so results left by one run expire before the
+//!   next starts. The ratio is the median of the pairs' ratios of requests/s. Beside it the
+//!   server's CPU time per request (the sum of its threads' `/proc/self/task/*/schedstat`), which
+//!   does not depend on whether `wrk` or the server was the bottleneck, and their ratio (bare
+//!   over layered, per pair): the throughput ratio of a server that has its core to itself.
+//! * `IDEM_HTTP_ONLY=unique` (or `replay`) runs one workload (for profiling); `IDEM_HTTP_CONNS`
+//!   (64) sets wrk's connections, `IDEM_HTTP_WORKERS` (1) the server's tokio workers;
+//!   `IDEM_HTTP_PROFILE=bare` (or `layered`) drives only that server and writes no summary, so
+//!   `perf record` sees one side.
+//!
+//! Writes `target/idem-bench/http_shop.json` and prints a table.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use bytes::Bytes;
+use http::StatusCode;
+use idem_dedup::Engine;
+use idem_shop::auth::BearerTenantLayer;
+use idem_shop::{pb, Shop};
+use idem_tower::{IdemLayer, StoredResponse};
+use serde_json::{json, Map, Value};
+
+/// The form body of every request (one intent: the shop appends an order id per run).
+const BODY: &str = "intent_id=bench-order&sku=book-1&quantity=1";
+/// The tenant every request authenticates as.
+const TENANT: &str = "tenant-bench";
+/// Set in the re-run under `taskset`, so it does not re-run again.
+const PINNED_ENV: &str = "IDEM_HTTP_PINNED";
+/// The CPU count, handed to the re-run.
+const CPUS_ENV: &str = "IDEM_HTTP_CPUS";
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn quick() -> bool {
+    std::env::var("IDEM_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+fn has(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success() || !o.stdout.is_empty() || !o.stderr.is_empty())
+}
+
+/// The machine's CPUs: counted before the re-run under `taskset`, which leaves this process one.
+fn cpus() -> usize {
+    std::env::var(CPUS_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// `$CARGO_TARGET_DIR/idem-bench`, else the target folder holding this binary (as the peers bench).
+fn out_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let exe = std::env::current_exe().ok()?;
+            exe.ancestors().nth(3).map(PathBuf::from)
+        })
+        .unwrap_or_else(|| PathBuf::from("target"));
+    let dir = target.join("idem-bench");
+    std::fs::create_dir_all(&dir).expect("create the output folder");
+    dir
+}
+
+/// The shop's `create_order` route as `idem_shop::http` serves it (that handler is private, so
+/// this is a copy): the form's fields (split without percent-decoding, which this bench's body
+/// does not need), the side effect, a JSON `201`.
+async fn create_order(State(shop): State<Shop>, body: Bytes) -> Response {
+    let text = std::str::from_utf8(&body).unwrap_or("");
+    let field = |name: &str| {
+        text.split('&')
+            .find_map(|kv| kv.split_once('=').filter(|(k, _)| *k == name))
+            .map(|(_, v)| v.to_owned())
+            .unwrap_or_default()
+    };
+    let req = pb::CreateOrderRequest {
+        intent_id: field("intent_id"),
+        sku: field("sku"),
+        quantity: field("quantity").parse().unwrap_or(0),
+    };
+    match shop.create_order(req).await {
+        Ok(o) => (
+            StatusCode::CREATED,
+            [(http::header::CONTENT_TYPE, "application/json")],
+            json!({
+                "order_id": o.order_id, "intent_id": o.intent_id, "sku": o.sku,
+                "quantity": o.quantity,
+            })
+            .to_string(),
+        )
+            .into_response(),
+        Err(e) => (StatusCode::BAD_REQUEST, e.message().to_owned()).into_response(),
+    }
+}
+
+fn routes(shop: Shop) -> axum::Router {
+    axum::Router::new()
+        .route("/orders", post(create_order))
+        .with_state(shop)
+}
+
+/// Starts both servers on the current runtime: (bare, layered, the layered side's engine).
+async fn serve(ttl: Duration) -> (SocketAddr, SocketAddr, Engine<StoredResponse>) {
+    let engine = Engine::<StoredResponse>::builder()
+        .ttl(ttl)
+        .max_entries(8_000_000)
+        .build()
+        .expect("engine");
+    let bare = routes(Shop::new()).layer(BearerTenantLayer);
+    let layered = routes(Shop::new()).layer(
+        tower::ServiceBuilder::new()
+            .layer(BearerTenantLayer)
+            .layer(IdemLayer::new(engine.clone())),
+    );
+    let mut addrs = Vec::new();
+    for app in [bare, layered] {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a loopback port");
+        addrs.push(listener.local_addr().expect("local addr"));
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+    }
+    (addrs[0], addrs[1], engine)
+}
+
+/// One `POST /orders` over a fresh connection: (status, the response head in lower case).
+fn post_once(addr: SocketAddr, key: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    let req = format!(
+        "POST /orders HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+         Authorization: Bearer {TENANT}\r\nIdempotency-Key: {key}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{BODY}",
+        BODY.len()
+    );
+    s.write_all(req.as_bytes()).expect("send");
+    let mut resp = String::new();
+    let _ = s.read_to_string(&mut resp);
+    let head = resp
+        .split("\r\n\r\n")
+        .next()
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, head)
+}
+
+/// Checks that the servers answer as the workloads assume: `201` everywhere, the layered one
+/// replaying a repeated key (`idempotent-replayed`), the bare one not.
+fn self_check(bare: SocketAddr, layered: SocketAddr) {
+    let key = "00000000-0000-4000-8000-selfcheck001";
+    for addr in [bare, layered] {
+        for _ in 0..2 {
+            let (status, _) = post_once(addr, key);
+            assert_eq!(status, 201, "POST /orders on {addr} answered {status}");
+        }
+    }
+    let (_, head) = post_once(layered, key);
+    assert!(
+        head.contains("idempotent-replayed"),
+        "the layered server did not replay a repeated key:\n{head}"
+    );
+    let (_, head) = post_once(bare, key);
+    assert!(
+        !head.contains("idempotent-replayed"),
+        "the bare server replayed"
+    );
+}
+
+const COMMON_LUA: &str = r#"wrk.method = "POST"
+wrk.body = "intent_id=bench-order&sku=book-1&quantity=1"
+wrk.headers["Content-Type"] = "application/x-www-form-urlencoded"
+wrk.headers["Authorization"] = "Bearer tenant-bench"
+local prefix = 0
+function init(args)
+  prefix = tonumber(args[1]) or 0
+"#;
+
+/// Every request a fresh key: the run's prefix (a wrk argument) and a counter.
+const UNIQUE_LUA: &str = r#"  counter = 0
+end
+function request()
+  counter = counter + 1
+  wrk.headers["Idempotency-Key"] = string.format("%08x-0000-4000-8000-%012d", prefix, counter)
+  return wrk.format()
+end
+"#;
+
+/// One key for the whole run (wrk builds the request once).
+const REPLAY_LUA: &str = r#"  wrk.headers["Idempotency-Key"] = string.format("%08x-0000-4000-8000-000000000001", prefix)
+end
+"#;
+
+fn write_scripts(dir: &Path) -> (PathBuf, PathBuf) {
+    let unique = dir.join("http_unique.lua");
+    let replay = dir.join("http_replay.lua");
+    std::fs::write(&unique, format!("{COMMON_LUA}{UNIQUE_LUA}")).expect("write unique.lua");
+    std::fs::write(&replay, format!("{COMMON_LUA}{REPLAY_LUA}")).expect("write replay.lua");
+    (unique, replay)
+}
+
+/// This process' CPU time so far: the sum of its threads' time on a CPU, in ns.
+fn cpu_ns() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// This process' resident memory in MiB (`/proc/self/statm`, 4 KiB pages), 0 where unknown.
+fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .map_or(0.0, |pages| pages * 4096.0 / (1 << 20) as f64)
+}
+
+/// What one `wrk` run measured.
+#[derive(Debug, Clone, Default)]
+struct Wrk {
+    rps: f64,
+    requests: f64,
+    p50_us: f64,
+    p99_us: f64,
+    bad: u64,
+    /// Server CPU µs per request over the run.
+    cpu_us_per_req: f64,
+    /// Server CPU time over wall time (1.0: its core was busy the whole run).
+    server_busy: f64,
+}
+
+fn duration_us(s: &str) -> Option<f64> {
+    let (num, mul) = if let Some(n) = s.strip_suffix("us") {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e3)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60e6)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1e6)
+    } else {
+        return None;
+    };
+    num.parse::<f64>().ok().map(|x| x * mul)
+}
+
+fn parse_wrk(out: &str) -> Wrk {
+    let mut w = Wrk::default();
+    for line in out.lines() {
+        let t: Vec<&str> = line.split_whitespace().collect();
+        match t.as_slice() {
+            ["Requests/sec:", x, ..] => w.rps = x.parse().unwrap_or(0.0),
+            ["50%", x, ..] => w.p50_us = duration_us(x).unwrap_or(0.0),
+            ["99%", x, ..] => w.p99_us = duration_us(x).unwrap_or(0.0),
+            [n, "requests", "in", ..] => w.requests = n.parse().unwrap_or(0.0),
+            ["Non-2xx", "or", "3xx", "responses:", n, ..] => w.bad += n.parse().unwrap_or(0),
+            ["Socket", "errors:", rest @ ..] => {
+                // connect 0, read 0, write 0, timeout 0
+                w.bad += rest
+                    .iter()
+                    .filter_map(|x| x.trim_end_matches(',').parse::<u64>().ok())
+                    .sum::<u64>();
+            }
+            _ => {}
+        }
+    }
+    w
+}
+
+struct Load {
+    pin: bool,
+    conns: u64,
+}
+
+fn run_wrk(load: &Load, script: &Path, addr: SocketAddr, secs: u64, run_id: u64) -> Wrk {
+    let mut cmd = if load.pin {
+        let mut c = Command::new("taskset");
+        c.args(["-c", "1", "wrk"]);
+        c
+    } else {
+        Command::new("wrk")
+    };
+    cmd.args(["-t1", &format!("-c{}", load.conns), &format!("-d{secs}s")])
+        .arg("--latency")
+        .arg("-s")
+        .arg(script)
+        .arg(format!("http://{addr}/orders"))
+        .arg("--")
+        .arg(run_id.to_string());
+    let (cpu0, t0) = (cpu_ns(), Instant::now());
+    let out = cmd.output().expect("run wrk");
+    let (cpu, wall) = (cpu_ns() - cpu0, t0.elapsed());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "wrk failed: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut w = parse_wrk(&text);
+    if w.requests > 0.0 {
+        w.cpu_us_per_req = cpu as f64 / 1e3 / w.requests;
+    }
+    w.server_busy = cpu as f64 / wall.as_nanos() as f64;
+    w
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    xs.sort_by(f64::total_cmp);
+    let n = xs.len();
+    if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+    }
+}
+
+fn r3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// Re-runs this bench under `taskset -c 0` when it can; `Some(exit code)` when it did.
+fn pin_self() -> Option<i32> {
+    if std::env::var_os(PINNED_ENV).is_some() || cpus() < 2 || !has("taskset") {
+        return None;
+    }
+    let exe = std::env::current_exe().ok()?;
+    let status = Command::new("taskset")
+        .args(["-c", "0"])
+        .arg(exe)
+        .args(std::env::args_os().skip(1))
+        .env(PINNED_ENV, "1")
+        .env(CPUS_ENV, cpus().to_string())
+        .status()
+        .ok()?;
+    Some(status.code().unwrap_or(1))
+}
+
+fn main() {
+    if !has("wrk") {
+        println!("http_shop: wrk is not on the PATH (apt-get install -y wrk); nothing measured");
+        return;
+    }
+    if let Some(code) = pin_self() {
+        std::process::exit(code);
+    }
+    let pin = std::env::var_os(PINNED_ENV).is_some();
+    let quick = quick();
+    let pairs = env_u64("IDEM_HTTP_PAIRS", if quick { 3 } else { 5 });
+    let secs = env_u64("IDEM_HTTP_SECS", if quick { 3 } else { 5 });
+    let gap = Duration::from_millis(env_u64("IDEM_HTTP_GAP_MS", 1_500));
+    let ttl = Duration::from_millis(env_u64("IDEM_HTTP_TTL_MS", 1_000));
+    let workers = env_u64("IDEM_HTTP_WORKERS", 1) as usize;
+    let load = Load {
+        pin,
+        conns: env_u64("IDEM_HTTP_CONNS", 64),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (bare, layered, _engine) = rt.block_on(serve(ttl));
+    self_check(bare, layered);
+    let dir = out_dir();
+    let (unique_lua, replay_lua) = write_scripts(&dir);
+    println!(
+        "http_shop: {} CPUs, {}; server: {workers} tokio worker(s){}; wrk -t1 -c{} {}; \
+         {pairs} pairs of {secs} s runs per workload, {} ms pause after each; results kept {} ms",
+        cpus(),
+        if quick { "QUICK" } else { "full" },
+        if pin { " on CPU 0" } else { ", not pinned" },
+        load.conns,
+        if pin { "on CPU 1" } else { "not pinned" },
+        gap.as_millis(),
+        ttl.as_millis()
+    );
+    println!("bare: http://{bare}/orders  layered: http://{layered}/orders");
+
+    let mut run_id: u64 = std::process::id() as u64 * 1000;
+    let mut workloads = Map::new();
+    let mut table = Vec::new();
+    let only = std::env::var("IDEM_HTTP_ONLY").unwrap_or_default();
+    // `IDEM_HTTP_PROFILE=bare|layered`: drive only that server (for `perf record`); no summary.
+    let profile_side = std::env::var("IDEM_HTTP_PROFILE").ok();
+    for (name, script) in [("unique", &unique_lua), ("replay", &replay_lua)] {
+        if !only.is_empty() && !only.split(',').any(|w| w.trim() == name) {
+            continue;
+        }
+        // Warm-up: connections, allocator, the engine's tables; measured by nobody.
+        for (side, addr) in [("bare", bare), ("layered", layered)] {
+            if profile_side.as_deref().is_some_and(|p| p != side) {
+                continue;
+            }
+            run_id += 1;
+            run_wrk(&load, script, addr, 2, run_id);
+            rt.block_on(async { tokio::time::sleep(gap).await });
+        }
+        let (mut b, mut l, mut ratios, mut cpu_diff, mut cpu_ratios) =
+            (vec![], vec![], vec![], vec![], vec![]);
+        let mut runs = Vec::new();
+        for pair in 0..pairs {
+            let order = if pair % 2 == 0 {
+                [("bare", bare), ("layered", layered)]
+            } else {
+                [("layered", layered), ("bare", bare)]
+            };
+            let (mut x, mut y) = (Wrk::default(), Wrk::default());
+            for (side, addr) in order {
+                if profile_side.as_deref().is_some_and(|p| p != side) {
+                    continue;
+                }
+                run_id += 1;
+                let w = run_wrk(&load, script, addr, secs, run_id);
+                println!(
+                    "  {name} pair {pair} {side:>7}: {:>9.0} req/s  p50 {:>7.0} us  p99 {:>7.0} us  \
+                     server {:>5.1} us/req, busy {:.2}  bad {}  rss {:.0} MiB",
+                    w.rps,
+                    w.p50_us,
+                    w.p99_us,
+                    w.cpu_us_per_req,
+                    w.server_busy,
+                    w.bad,
+                    rss_mib()
+                );
+                runs.push(json!({
+                    "pair": pair, "side": side, "rps": w.rps.round(), "p50_us": w.p50_us,
+                    "p99_us": w.p99_us, "server_cpu_us_per_req": r3(w.cpu_us_per_req),
+                    "server_busy": r3(w.server_busy), "bad_responses": w.bad,
+                    "server_rss_mib_after": rss_mib().round(),
+                }));
+                assert_eq!(
+                    w.bad, 0,
+                    "{name} {side}: non-2xx responses or socket errors"
+                );
+                if side == "bare" {
+                    x = w;
+                } else {
+                    y = w;
+                }
+                rt.block_on(async { tokio::time::sleep(gap).await });
+            }
+            if profile_side.is_some() {
+                continue;
+            }
+            ratios.push(y.rps / x.rps);
+            cpu_diff.push(y.cpu_us_per_req - x.cpu_us_per_req);
+            cpu_ratios.push(x.cpu_us_per_req / y.cpu_us_per_req);
+            b.push(x);
+            l.push(y);
+        }
+        if profile_side.is_some() {
+            continue;
+        }
+        let col = |v: &[Wrk], f: fn(&Wrk) -> f64| median(v.iter().map(f).collect());
+        let ratio = median(ratios);
+        let target = if name == "unique" { 0.9 } else { 1.0 };
+        let mut m = Map::new();
+        m.insert("pairs".into(), json!(pairs));
+        m.insert("run_secs".into(), json!(secs));
+        m.insert("bare_rps".into(), json!(col(&b, |w| w.rps).round()));
+        m.insert("layered_rps".into(), json!(col(&l, |w| w.rps).round()));
+        m.insert("layered_vs_bare_paired".into(), json!(r3(ratio)));
+        m.insert("target".into(), json!(target));
+        m.insert("met".into(), json!(ratio >= target));
+        m.insert("bare_p50_us".into(), json!(col(&b, |w| w.p50_us)));
+        m.insert("layered_p50_us".into(), json!(col(&l, |w| w.p50_us)));
+        m.insert("bare_p99_us".into(), json!(col(&b, |w| w.p99_us)));
+        m.insert("layered_p99_us".into(), json!(col(&l, |w| w.p99_us)));
+        let (bc, lc) = (col(&b, |w| w.cpu_us_per_req), col(&l, |w| w.cpu_us_per_req));
+        m.insert("bare_server_cpu_us_per_req".into(), json!(r3(bc)));
+        m.insert("layered_server_cpu_us_per_req".into(), json!(r3(lc)));
+        let extra = median(cpu_diff);
+        m.insert(
+            "layer_server_cpu_us_per_req_paired".into(),
+            json!(r3(extra)),
+        );
+        m.insert(
+            "bare_server_busy".into(),
+            json!(r3(col(&b, |w| w.server_busy))),
+        );
+        m.insert(
+            "layered_server_busy".into(),
+            json!(r3(col(&l, |w| w.server_busy))),
+        );
+        // What the ratio would be were the server's core its own and saturated: bare CPU per
+        // request over layered CPU per request, per pair. Independent of how much of its core
+        // the server got in a run, which on a shared machine moves from run to run.
+        let cpu_ratio = median(cpu_ratios);
+        m.insert("cpu_per_req_ratio_paired".into(), json!(r3(cpu_ratio)));
+        m.insert("runs".into(), Value::Array(runs));
+        table.push((
+            name,
+            ratio,
+            target,
+            col(&b, |w| w.rps),
+            col(&l, |w| w.rps),
+            bc,
+            lc,
+            extra,
+            cpu_ratio,
+        ));
+        workloads.insert(name.into(), Value::Object(m));
+    }
+    let summary = json!({
+        "workloads": workloads,
+        "meta": {
+            "quick": quick, "cpus": cpus(), "pinned": pin, "server_workers": workers,
+            "wrk_connections": load.conns, "wrk_threads": 1, "pause_ms": gap.as_millis() as u64,
+            "ttl_ms": ttl.as_millis() as u64, "body": BODY,
+        }
+    });
+    if profile_side.is_some() {
+        return;
+    }
+    let path = dir.join("http_shop.json");
+    std::fs::write(
+        &path,
+        serde_json::to_string_pretty(&summary).expect("json") + "\n",
+    )
+    .expect("write http_shop.json");
+    println!();
+    println!(
+        "## http_shop (POST /orders over loopback; ratio: median of the pairs' layered/bare req/s)"
+    );
+    println!("| workload | bare req/s | layered req/s | layered / bare (paired) | target | | server µs/req bare | layered | layer's µs/req (paired) | CPU-bound ratio (paired) |");
+    println!("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|");
+    for (name, ratio, target, br, lr, bc, lc, extra, cpu_ratio) in table {
+        println!(
+            "| {name} | {br:.0} | {lr:.0} | {ratio:.3}x | >= {target:.1}x | {} | {bc:.1} | {lc:.1} | {extra:+.1} | {cpu_ratio:.3}x |",
+            if ratio >= target { "met" } else { "NOT met" }
+        );
+    }
+    println!();
+    println!("summary: {}", path.display());
+    drop(rt);
+}

@@ -30,6 +30,9 @@
 //!
 //! Writes `target/idem-bench/http_shop.json` and prints a table.
 
+#[path = "support/pinned.rs"]
+mod pinned;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -47,54 +50,12 @@ use idem_shop::{pb, Shop};
 use idem_tower::{IdemLayer, StoredResponse};
 use serde_json::{json, Map, Value};
 
+use pinned::{cpu_ns, cpus, env_u64, has, median, out_dir, pin_self, quick, r3};
+
 /// The form body of every request (one intent: the shop appends an order id per run).
 const BODY: &str = "intent_id=bench-order&sku=book-1&quantity=1";
 /// The tenant every request authenticates as.
 const TENANT: &str = "tenant-bench";
-/// Set in the re-run under `taskset`, so it does not re-run again.
-const PINNED_ENV: &str = "IDEM_HTTP_PINNED";
-/// The CPU count, handed to the re-run.
-const CPUS_ENV: &str = "IDEM_HTTP_CPUS";
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn quick() -> bool {
-    std::env::var("IDEM_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0")
-}
-
-fn has(program: &str) -> bool {
-    Command::new(program)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success() || !o.stdout.is_empty() || !o.stderr.is_empty())
-}
-
-/// The machine's CPUs: counted before the re-run under `taskset`, which leaves this process one.
-fn cpus() -> usize {
-    std::env::var(CPUS_ENV)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
-
-/// `$CARGO_TARGET_DIR/idem-bench`, else the target folder holding this binary (as the peers bench).
-fn out_dir() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .or_else(|| {
-            let exe = std::env::current_exe().ok()?;
-            exe.ancestors().nth(3).map(PathBuf::from)
-        })
-        .unwrap_or_else(|| PathBuf::from("target"));
-    let dir = target.join("idem-bench");
-    std::fs::create_dir_all(&dir).expect("create the output folder");
-    dir
-}
 
 /// The shop's `create_order` route as `idem_shop::http` serves it (that handler is private, so
 /// this is a copy): the form's fields (split without percent-decoding, which this bench's body
@@ -239,18 +200,6 @@ fn write_scripts(dir: &Path) -> (PathBuf, PathBuf) {
     (unique, replay)
 }
 
-/// This process' CPU time so far: the sum of its threads' time on a CPU, in ns.
-fn cpu_ns() -> u64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0;
-    };
-    tasks
-        .filter_map(Result::ok)
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
-}
-
 /// This process' resident memory in MiB (`/proc/self/statm`, 4 KiB pages), 0 where unknown.
 fn rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/statm")
@@ -348,40 +297,6 @@ fn run_wrk(load: &Load, script: &Path, addr: SocketAddr, secs: u64, run_id: u64)
     w
 }
 
-fn median(mut xs: Vec<f64>) -> f64 {
-    if xs.is_empty() {
-        return f64::NAN;
-    }
-    xs.sort_by(f64::total_cmp);
-    let n = xs.len();
-    if n % 2 == 1 {
-        xs[n / 2]
-    } else {
-        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
-    }
-}
-
-fn r3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
-}
-
-/// Re-runs this bench under `taskset -c 0` when it can; `Some(exit code)` when it did.
-fn pin_self() -> Option<i32> {
-    if std::env::var_os(PINNED_ENV).is_some() || cpus() < 2 || !has("taskset") {
-        return None;
-    }
-    let exe = std::env::current_exe().ok()?;
-    let status = Command::new("taskset")
-        .args(["-c", "0"])
-        .arg(exe)
-        .args(std::env::args_os().skip(1))
-        .env(PINNED_ENV, "1")
-        .env(CPUS_ENV, cpus().to_string())
-        .status()
-        .ok()?;
-    Some(status.code().unwrap_or(1))
-}
-
 fn main() {
     if !has("wrk") {
         println!("http_shop: wrk is not on the PATH (apt-get install -y wrk); nothing measured");
@@ -390,7 +305,7 @@ fn main() {
     if let Some(code) = pin_self() {
         std::process::exit(code);
     }
-    let pin = std::env::var_os(PINNED_ENV).is_some();
+    let pin = pinned::is_pinned();
     let quick = quick();
     let pairs = env_u64("IDEM_HTTP_PAIRS", if quick { 3 } else { 5 });
     let secs = env_u64("IDEM_HTTP_SECS", if quick { 3 } else { 5 });

@@ -247,13 +247,16 @@ where
                     .await
             }
         };
-        let settled = self.settle(scope, fingerprint, result).await;
-        settled.map(|out| self.record_expiry(out))
+        // Only the local run's own answers: a value `settle` seeds from the table is another
+        // run's record, whose commit this instance cannot date.
+        let result = result.map(|out| self.record_expiry(out));
+        self.settle(scope, fingerprint, result).await
     }
 
     /// A result this instance ran (and its local joiners) expires from the table `ttl` after
-    /// it committed, not when the local copy does. A replay keeps the local copy's expiry: a
-    /// record read from the table does not say here when it committed.
+    /// it committed, not when the local copy does. Called on the local run's answers only
+    /// (never on what `settle` seeds from the table); a replay keeps the local copy's expiry:
+    /// a record read from the table does not say here when it committed.
     fn record_expiry(&self, out: Outcome<V>) -> Outcome<V> {
         if !matches!(out.kind(), OutcomeKind::Executed | OutcomeKind::Joined) {
             return out;

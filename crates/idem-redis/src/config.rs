@@ -92,7 +92,7 @@ impl From<redis::RedisError> for ConnectError {
 /// | [`startup_timeout`](Self::startup_timeout) | 10 s | `connect` retries while Redis is still starting (connection refused, `LOADING`) |
 /// | [`allow_volatile`](Self::allow_volatile) | `false` | a Redis without an append-only file is refused ([`ConnectError::Volatile`]): its restart loses acknowledged records |
 /// | [`health_window`](Self::health_window) | 3 s | 3 failed calls within it: a fresh client replaces the connection (at most once per window) |
-/// | [`wait_replicas`](Self::wait_replicas) | off | a completion counts as recorded once Redis acknowledged it; with it, once `n` replicas have it too |
+/// | [`wait_replicas`](Self::wait_replicas) | off | a claim holds and a completion counts as recorded once Redis acknowledged it; with it, once `n` replicas have it too |
 ///
 /// ```no_run
 /// # #[tokio::main(flavor = "current_thread")]
@@ -217,11 +217,14 @@ impl RedisTierBuilder {
         self
     }
 
-    /// After each completion, wait until `replicas` replicas have it (Redis `WAIT`), at most
-    /// `timeout`; only then does the completion count as recorded. Replication in Redis is
-    /// asynchronous: without this, a failover to a replica can lose a completion that was
-    /// acknowledged a moment before, and the intent may run again. If fewer replicas confirm in
-    /// time, the caller still gets its result, marked not recorded, and the completion (with its
+    /// After each claim and each completion, wait until `replicas` replicas have it (Redis
+    /// `WAIT`), at most `timeout`; only then does the action run, and only then does the
+    /// completion count as recorded. Replication in Redis is asynchronous: without this, a
+    /// failover to a replica can lose a claim (and another instance then runs the action too)
+    /// or a completion that was acknowledged a moment before (and the intent may run again). A
+    /// claim that fewer replicas confirm in time is given back and the call fails with
+    /// `UNAVAILABLE` (retryable) before its action runs. A completion that fewer replicas confirm:
+    /// the caller still gets its result, marked not recorded, and the completion (with its
     /// wait) is retried in the background while the claim is still this run's. `WAIT` narrows
     /// the window; it does not make Redis replication synchronous (a failover may still pick a
     /// replica that had not confirmed). Default: off.

@@ -107,11 +107,15 @@
 //!   run. `connect` also waits while Redis is still starting (connection refused, `LOADING`), up
 //!   to [`startup_timeout`](RedisTierBuilder::startup_timeout).
 //! * **Replication is asynchronous.** On a failover, the promoted replica may lack the last
-//!   records the old master acknowledged. A lost claim is harmless (fencing, above); a lost
-//!   completion lets the intent run again. [`wait_replicas`](RedisTierBuilder::wait_replicas)
-//!   makes a completion count as recorded only once `n` replicas confirmed it (`WAIT`); if they do
-//!   not in time, the caller's outcome is marked not recorded and the completion is retried.
-//!   `WAIT` narrows the window but does not make replication synchronous.
+//!   records the old master acknowledged. A lost claim lets another instance claim and run the
+//!   action too (the first holder's completion is then fenced out, after its caller was told the
+//!   result is not recorded); a lost completion lets the intent run again.
+//!   [`wait_replicas`](RedisTierBuilder::wait_replicas) runs the action only once `n` replicas
+//!   confirmed its claim (`WAIT`; otherwise the claim is given back and the call fails with a
+//!   retryable `UNAVAILABLE` before the action), and counts a completion as recorded only once
+//!   `n` replicas confirmed it; if they do not in time, the caller's outcome is marked not
+//!   recorded and the completion is retried. `WAIT` narrows the window but does not make
+//!   replication synchronous.
 //! * **Failover is survived.** Scripts are sent by hash and, when a node does not know them (a
 //!   fresh or promoted node keeps no script cache), in full. A cluster client can stall after a
 //!   failover (every call times out although a fresh client would connect at once); the tier's
@@ -166,7 +170,7 @@
 //! | waiting for a starting Redis | 10 s | [`RedisTierBuilder::startup_timeout`] |
 //! | Redis without an append-only file | refused | [`RedisTierBuilder::allow_volatile`] |
 //! | fresh client after failing calls | 3 failures within 3 s | [`RedisTierBuilder::health_window`] |
-//! | replicas confirming a completion | none (`WAIT` off) | [`RedisTierBuilder::wait_replicas`] |
+//! | replicas confirming a claim and a completion | none (`WAIT` off) | [`RedisTierBuilder::wait_replicas`] |
 //! | lease | 30 s | [`TieredBuilder::lease`] |
 //! | TTL of results in Redis | 24 h from completion | [`TieredBuilder::ttl`] |
 //! | TTL of the local copy | the TTL | [`TieredBuilder::local_ttl`] |

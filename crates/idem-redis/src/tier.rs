@@ -184,38 +184,70 @@ impl RemoteTier for RedisTier {
         // The fence counter outlives any record of the scope: a lease, then a TTL at most. It is
         // refreshed by every claim (see the crate docs on fencing).
         let fence_ttl = lease * 2 + Duration::from_secs(24 * 3600);
-        let (fp, lease_ms, fence_ms, owner) = (
+        let (fp, lease_ms, fence_ms, owner_id) = (
             fingerprint.to_string(),
             ms(lease).to_string(),
             ms(fence_ttl).to_string(),
             owner.to_string(),
         );
-        let v = self
-            .eval(
-                &self.inner.scripts.claim,
-                &[&k.record, &k.fence],
-                &[
-                    fp.as_bytes(),
-                    lease_ms.as_bytes(),
-                    fence_ms.as_bytes(),
-                    owner.as_bytes(),
-                ],
-            )
-            .await?;
-        Ok(
-            match claim_reply(v).ok_or_else(|| protocol("claim script"))? {
-                ClaimReply::Claimed { token, reclaimed } => ClaimOutcome::Claimed {
-                    token: FencingToken::new(token),
-                    reclaimed,
-                },
-                ClaimReply::InFlight { holder, pttl_ms } => ClaimOutcome::InFlightElsewhere {
-                    holder: FencingToken::new(holder),
-                    lease_left: Duration::from_millis(u64::try_from(pttl_ms).unwrap_or(0)),
-                },
-                ClaimReply::Completed(v) => ClaimOutcome::Completed(v),
-                ClaimReply::Conflict => ClaimOutcome::Conflict,
+        let keys = [k.record.as_str(), k.fence.as_str()];
+        let args: [&[u8]; 4] = [
+            fp.as_bytes(),
+            lease_ms.as_bytes(),
+            fence_ms.as_bytes(),
+            owner_id.as_bytes(),
+        ];
+        let script = &self.inner.scripts.claim;
+        let parse = |v: Value| claim_reply(v).ok_or_else(|| protocol("claim script"));
+        let reply = match self.inner.wait_replicas {
+            None => parse(self.eval(script, &keys, &args).await?)?,
+            // D5: a claim a failover could lose would let another instance run the action
+            // too, so with `wait_replicas` the action runs only once replicas have the claim.
+            Some((replicas, wait)) => {
+                let inner = &*self.inner;
+                inner.commands.fetch_add(1, Relaxed);
+                let r = inner
+                    .link
+                    .get()
+                    .eval_and_wait(script, &keys, &args, replicas, wait, inner.command_timeout)
+                    .await;
+                inner.link.note(&r);
+                let (v, acked) = r?;
+                let reply = parse(v)?;
+                if let ClaimReply::Claimed { token, .. } = reply {
+                    if acked < i64::from(replicas) {
+                        metrics::counter!(UNREPLICATED_TOTAL).increment(1);
+                        // Give the scope back (best effort: otherwise it lapses with its lease).
+                        let taken = Claim {
+                            scope,
+                            fingerprint,
+                            token: FencingToken::new(token),
+                            owner,
+                        };
+                        let _released = self.release(taken).await;
+                        return Err(unavailable(format!(
+                            "the claim was taken, but only {acked} of {replicas} replicas \
+                             confirmed it within {} ms; the action did not run, so a failover \
+                             cannot make it run twice",
+                            wait.as_millis()
+                        )));
+                    }
+                }
+                reply
+            }
+        };
+        Ok(match reply {
+            ClaimReply::Claimed { token, reclaimed } => ClaimOutcome::Claimed {
+                token: FencingToken::new(token),
+                reclaimed,
             },
-        )
+            ClaimReply::InFlight { holder, pttl_ms } => ClaimOutcome::InFlightElsewhere {
+                holder: FencingToken::new(holder),
+                lease_left: Duration::from_millis(u64::try_from(pttl_ms).unwrap_or(0)),
+            },
+            ClaimReply::Completed(v) => ClaimOutcome::Completed(v),
+            ClaimReply::Conflict => ClaimOutcome::Conflict,
+        })
     }
 
     async fn complete(

@@ -143,6 +143,7 @@ mod stats;
 mod tally;
 pub mod tiered;
 pub mod trace;
+mod waiters;
 mod wheel;
 
 #[cfg(feature = "serde")]

@@ -200,6 +200,8 @@ use std::time::Duration;
 
 use idem_core::{Fingerprint, Scope, Status};
 
+pub use crate::waiters::{Waiters, Waiting};
+
 /// A number handed out with each claim of a scope that only grows: a later claim of the same
 /// scope always gets a larger token than every earlier one, even across a loss of the tier's
 /// data (each tier's docs say how it keeps that).

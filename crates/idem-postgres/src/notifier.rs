@@ -13,68 +13,27 @@
 //! ([`TieredBuilder::poll_interval`](idem_dedup::tiered::TieredBuilder::poll_interval)), and the
 //! listener wakes every waiter when it reconnects.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use idem_dedup::remote::{Waiters, Waiting};
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
-use tokio::sync::Notify;
 
 use crate::digest::ScopeDigest;
-
-#[derive(Debug)]
-struct Watcher {
-    count: usize,
-    notify: Arc<Notify>,
-}
 
 /// Local waiters by scope digest.
 #[derive(Debug, Default)]
 pub(crate) struct Notifier {
-    watchers: Mutex<HashMap<ScopeDigest, Watcher>>,
+    waiters: Arc<Waiters<ScopeDigest>>,
     listening: AtomicBool,
-}
-
-/// A waiter's registration; dropping it unregisters.
-#[derive(Debug)]
-pub(crate) struct Watch {
-    notifier: Arc<Notifier>,
-    digest: ScopeDigest,
-    pub(crate) notify: Arc<Notify>,
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        let mut w = self.notifier.watchers.lock();
-        if let Some(entry) = w.get_mut(&self.digest) {
-            entry.count -= 1;
-            if entry.count == 0 {
-                w.remove(&self.digest);
-            }
-        }
-    }
 }
 
 impl Notifier {
     /// Registers interest in a scope's completion.
-    pub(crate) fn watch(self: &Arc<Self>, digest: ScopeDigest) -> Watch {
-        let notify = {
-            let mut w = self.watchers.lock();
-            let entry = w.entry(digest).or_insert_with(|| Watcher {
-                count: 0,
-                notify: Arc::new(Notify::new()),
-            });
-            entry.count += 1;
-            entry.notify.clone()
-        };
-        Watch {
-            notifier: self.clone(),
-            digest,
-            notify,
-        }
+    pub(crate) fn watch(&self, digest: ScopeDigest) -> Waiting<ScopeDigest> {
+        self.waiters.watch(digest)
     }
 
     /// Whether the listening connection is up.
@@ -83,25 +42,13 @@ impl Notifier {
     }
 
     fn dispatch(&self, payload: &str) {
-        let Some(digest) = ScopeDigest::from_hex(payload) else {
-            return;
-        };
-        let notify = self.watchers.lock().get(&digest).map(|w| w.notify.clone());
-        if let Some(n) = notify {
-            n.notify_waiters();
+        if let Some(digest) = ScopeDigest::from_hex(payload) {
+            self.waiters.wake(&digest);
         }
     }
 
     fn wake_all(&self) {
-        let all: Vec<_> = self
-            .watchers
-            .lock()
-            .values()
-            .map(|w| w.notify.clone())
-            .collect();
-        for n in all {
-            n.notify_waiters();
-        }
+        self.waiters.wake_all();
     }
 }
 

@@ -286,7 +286,7 @@ impl RemoteTier for PgTier {
         let db = self.db();
         let d = ScopeDigest::of(scope);
         let watch = self.inner.notifier.watch(d);
-        let mut notified = pin!(watch.notify.notified());
+        let mut notified = pin!(watch.notified());
         notified.as_mut().enable();
         // Registered: a completion cannot slip by unseen now. Did one happen since the claim?
         // (A transactional holder has no row to look at: just wait.)

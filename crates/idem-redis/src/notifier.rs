@@ -12,77 +12,36 @@
 //! [`TieredBuilder::poll_interval`](crate::TieredBuilder::poll_interval)). When the subscriber
 //! reconnects it wakes every waiter, which then re-read their records.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
+use idem_dedup::remote::{Waiters, Waiting};
 use idem_retry::{Scheduler, TokioScheduler};
-use parking_lot::Mutex;
-use tokio::sync::Notify;
 
 use crate::keys::{tag_of_channel, Tag};
-
-#[derive(Debug)]
-struct Watcher {
-    count: usize,
-    notify: Arc<Notify>,
-}
 
 /// Local waiters by scope tag.
 #[derive(Debug)]
 pub(crate) struct Notifier {
     prefix: String,
-    watchers: Mutex<HashMap<Tag, Watcher>>,
+    waiters: Arc<Waiters<Tag>>,
     subscribed: AtomicBool,
-}
-
-/// A waiter's registration; dropping it unregisters.
-#[derive(Debug)]
-pub(crate) struct Watch {
-    notifier: Arc<Notifier>,
-    tag: Tag,
-    pub(crate) notify: Arc<Notify>,
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        let mut w = self.notifier.watchers.lock();
-        if let Some(entry) = w.get_mut(&self.tag) {
-            entry.count -= 1;
-            if entry.count == 0 {
-                w.remove(&self.tag);
-            }
-        }
-    }
 }
 
 impl Notifier {
     pub(crate) fn new(prefix: String) -> Arc<Self> {
         Arc::new(Notifier {
             prefix,
-            watchers: Mutex::new(HashMap::new()),
+            waiters: Arc::default(),
             subscribed: AtomicBool::new(false),
         })
     }
 
     /// Registers interest in a scope's completion.
-    pub(crate) fn watch(self: &Arc<Self>, tag: Tag) -> Watch {
-        let notify = {
-            let mut w = self.watchers.lock();
-            let entry = w.entry(tag).or_insert_with(|| Watcher {
-                count: 0,
-                notify: Arc::new(Notify::new()),
-            });
-            entry.count += 1;
-            entry.notify.clone()
-        };
-        Watch {
-            notifier: self.clone(),
-            tag,
-            notify,
-        }
+    pub(crate) fn watch(&self, tag: Tag) -> Waiting<Tag> {
+        self.waiters.watch(tag)
     }
 
     /// Whether the subscriber connection is up.
@@ -91,25 +50,13 @@ impl Notifier {
     }
 
     fn dispatch(&self, channel: &[u8]) {
-        let Some(tag) = tag_of_channel(&self.prefix, channel) else {
-            return;
-        };
-        let notify = self.watchers.lock().get(&tag).map(|w| w.notify.clone());
-        if let Some(n) = notify {
-            n.notify_waiters();
+        if let Some(tag) = tag_of_channel(&self.prefix, channel) {
+            self.waiters.wake(&tag);
         }
     }
 
     fn wake_all(&self) {
-        let all: Vec<_> = self
-            .watchers
-            .lock()
-            .values()
-            .map(|w| w.notify.clone())
-            .collect();
-        for n in all {
-            n.notify_waiters();
-        }
+        self.waiters.wake_all();
     }
 }
 

@@ -329,7 +329,7 @@ impl RemoteTier for RedisTier {
         let k = self.keys(scope);
         let inner = &*self.inner;
         let watch = inner.notifier.watch(k.tag);
-        let mut notified = pin!(watch.notify.notified());
+        let mut notified = pin!(watch.notified());
         notified.as_mut().enable();
         // Registered: now a completion cannot slip by unseen. Did one happen since the claim?
         let mut cmd = Cmd::new();

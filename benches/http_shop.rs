@@ -32,6 +32,8 @@
 
 #[path = "support/pinned.rs"]
 mod pinned;
+#[path = "support/shop_route.rs"]
+mod shop_route;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -39,74 +41,16 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use axum::extract::State;
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use bytes::Bytes;
-use http::StatusCode;
 use idem_dedup::Engine;
-use idem_shop::auth::BearerTenantLayer;
-use idem_shop::{pb, Shop};
-use idem_tower::{IdemLayer, StoredResponse};
+use idem_tower::StoredResponse;
 use serde_json::{json, Map, Value};
 
 use pinned::{cpu_ns, cpus, env_u64, has, median, out_dir, pin_self, quick, r3};
-
-/// The form body of every request (one intent: the shop appends an order id per run).
-const BODY: &str = "intent_id=bench-order&sku=book-1&quantity=1";
-/// The tenant every request authenticates as.
-const TENANT: &str = "tenant-bench";
-
-/// The shop's `create_order` route as `idem_shop::http` serves it (that handler is private, so
-/// this is a copy): the form's fields (split without percent-decoding, which this bench's body
-/// does not need), the side effect, a JSON `201`.
-async fn create_order(State(shop): State<Shop>, body: Bytes) -> Response {
-    let text = std::str::from_utf8(&body).unwrap_or("");
-    let field = |name: &str| {
-        text.split('&')
-            .find_map(|kv| kv.split_once('=').filter(|(k, _)| *k == name))
-            .map(|(_, v)| v.to_owned())
-            .unwrap_or_default()
-    };
-    let req = pb::CreateOrderRequest {
-        intent_id: field("intent_id"),
-        sku: field("sku"),
-        quantity: field("quantity").parse().unwrap_or(0),
-    };
-    match shop.create_order(req).await {
-        Ok(o) => (
-            StatusCode::CREATED,
-            [(http::header::CONTENT_TYPE, "application/json")],
-            json!({
-                "order_id": o.order_id, "intent_id": o.intent_id, "sku": o.sku,
-                "quantity": o.quantity,
-            })
-            .to_string(),
-        )
-            .into_response(),
-        Err(e) => (StatusCode::BAD_REQUEST, e.message().to_owned()).into_response(),
-    }
-}
-
-fn routes(shop: Shop) -> axum::Router {
-    axum::Router::new()
-        .route("/orders", post(create_order))
-        .with_state(shop)
-}
+use shop_route::{BODY, TENANT};
 
 /// Starts both servers on the current runtime: (bare, layered, the layered side's engine).
 async fn serve(ttl: Duration) -> (SocketAddr, SocketAddr, Engine<StoredResponse>) {
-    let engine = Engine::<StoredResponse>::builder()
-        .ttl(ttl)
-        .max_entries(8_000_000)
-        .build()
-        .expect("engine");
-    let bare = routes(Shop::new()).layer(BearerTenantLayer);
-    let layered = routes(Shop::new()).layer(
-        tower::ServiceBuilder::new()
-            .layer(BearerTenantLayer)
-            .layer(IdemLayer::new(engine.clone())),
-    );
+    let (bare, layered, engine) = shop_route::routers(ttl);
     let mut addrs = Vec::new();
     for app in [bare, layered] {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

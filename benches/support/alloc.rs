@@ -1,8 +1,9 @@
-//! A global allocator that counts live heap bytes once switched on (the memory workload's child
-//! process switches it on first thing); off, it costs one relaxed load per call.
+//! A global allocator that counts live heap bytes and allocation calls once switched on (the
+//! memory workload's child process and `layer_cost` switch it on); off, it costs one relaxed load
+//! per call.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, Ordering::Relaxed};
 
 /// Counts live heap bytes while [`ON`] is set.
 #[derive(Debug)]
@@ -12,12 +13,22 @@ pub struct Counting;
 pub static ON: AtomicBool = AtomicBool::new(false);
 /// Live bytes allocated since counting started.
 pub static LIVE: AtomicIsize = AtomicIsize::new(0);
+/// Allocation calls (`alloc`, `alloc_zeroed`, `realloc`) since counting started.
+pub static CALLS: AtomicU64 = AtomicU64::new(0);
+/// Bytes asked for by those calls (a `realloc` counts its new size).
+pub static ASKED: AtomicU64 = AtomicU64::new(0);
+
+fn count(size: usize) {
+    CALLS.fetch_add(1, Relaxed);
+    ASKED.fetch_add(size as u64, Relaxed);
+}
 
 // SAFETY: forwards every call to the system allocator unchanged and only counts sizes.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         if ON.load(Relaxed) {
             LIVE.fetch_add(l.size() as isize, Relaxed);
+            count(l.size());
         }
         // SAFETY: the caller's contract is passed on unchanged.
         unsafe { System.alloc(l) }
@@ -32,6 +43,7 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
         if ON.load(Relaxed) {
             LIVE.fetch_add(l.size() as isize, Relaxed);
+            count(l.size());
         }
         // SAFETY: the caller's contract is passed on unchanged.
         unsafe { System.alloc_zeroed(l) }
@@ -39,6 +51,7 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
         if ON.load(Relaxed) {
             LIVE.fetch_add(new as isize - l.size() as isize, Relaxed);
+            count(new);
         }
         // SAFETY: the caller's contract is passed on unchanged.
         unsafe { System.realloc(p, l, new) }

@@ -4,7 +4,7 @@ use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{Either, Full};
@@ -88,11 +88,12 @@ pub type ResponseBody<B> = Either<B, Either<ReplayBody, StreamedBody<B>>>;
 #[derive(Debug)]
 pub struct StreamedBody<B> {
     read: std::collections::VecDeque<Frame<Bytes>>,
-    rest: Pin<Box<B>>,
+    /// `None` once the whole body was read (one that sent more than its size hint promised).
+    rest: Option<Pin<Box<B>>>,
 }
 
 impl<B> StreamedBody<B> {
-    pub(crate) fn new(read: Vec<Frame<Bytes>>, rest: Pin<Box<B>>) -> Self {
+    pub(crate) fn new(read: Vec<Frame<Bytes>>, rest: Option<Pin<Box<B>>>) -> Self {
         StreamedBody {
             read: read.into(),
             rest,
@@ -115,15 +116,93 @@ where
         if let Some(frame) = self.read.pop_front() {
             return Poll::Ready(Some(Ok(frame)));
         }
-        self.rest
-            .as_mut()
-            .poll_frame(cx)
-            .map(|f| f.map(|r| r.map_err(Into::into)))
+        match self.rest.as_mut() {
+            Some(rest) => rest
+                .as_mut()
+                .poll_frame(cx)
+                .map(|f| f.map(|r| r.map_err(Into::into))),
+            None => Poll::Ready(None),
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.read.is_empty() && self.rest.is_end_stream()
+        self.read.is_empty() && self.rest.as_ref().is_none_or(|r| r.is_end_stream())
     }
+}
+
+/// Data frames joined into one `Bytes`: a lone frame (the common case: hyper hands a small body
+/// over in one piece, a handler's `String` is one) is kept as it came, without a copy; more are
+/// copied into one buffer.
+#[derive(Debug, Default)]
+pub(crate) struct Joined {
+    one: Option<Bytes>,
+    many: Option<BytesMut>,
+    len: usize,
+}
+
+impl Joined {
+    /// Adds the next data frame.
+    pub(crate) fn push(&mut self, data: Bytes) {
+        if data.is_empty() {
+            return;
+        }
+        self.len += data.len();
+        if let Some(many) = &mut self.many {
+            many.extend_from_slice(&data);
+        } else if let Some(one) = self.one.take() {
+            let mut many = BytesMut::with_capacity(self.len);
+            many.extend_from_slice(&one);
+            many.extend_from_slice(&data);
+            self.many = Some(many);
+        } else {
+            self.one = Some(data);
+        }
+    }
+
+    /// Bytes pushed so far.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Everything pushed, as one `Bytes`.
+    pub(crate) fn into_bytes(self) -> Bytes {
+        match (self.one, self.many) {
+            (_, Some(many)) => many.freeze(),
+            (Some(one), None) => one,
+            (None, None) => Bytes::new(),
+        }
+    }
+}
+
+/// Why [`read_limited`] stopped.
+#[derive(Debug)]
+pub(crate) enum ReadError {
+    /// More than the limit arrived.
+    TooLarge,
+    /// The body failed.
+    Failed(crate::BoxError),
+}
+
+/// Reads a request body up to `limit` bytes into one `Bytes` (a lone frame without a copy);
+/// trailers are dropped. What `Limited::new(body, limit).collect()` does, without its frame
+/// list.
+pub(crate) async fn read_limited<B>(body: B, limit: usize) -> Result<Bytes, ReadError>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<crate::BoxError>,
+{
+    let mut body = std::pin::pin!(body);
+    let mut data = Joined::default();
+    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+        let frame = frame.map_err(|e| ReadError::Failed(e.into()))?;
+        if let Ok(chunk) = frame.into_data() {
+            if data.len() + chunk.len() > limit {
+                return Err(ReadError::TooLarge);
+            }
+            data.push(chunk);
+        }
+    }
+    Ok(data.into_bytes())
 }
 
 /// A request body the client layer can rebuild for each attempt from the bytes it buffered once.

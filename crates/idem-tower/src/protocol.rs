@@ -79,6 +79,22 @@ pub fn code_from_http(status: u16) -> Code {
     }
 }
 
+/// A response's outcome code alone: what deciding whether to store it needs, without the
+/// message and the rest that [`response_status`] reads (and formats).
+pub(crate) fn response_code(
+    protocol: Protocol,
+    http_status: u16,
+    headers: &HeaderMap,
+    trailers: Option<&HeaderMap>,
+) -> Code {
+    match protocol {
+        Protocol::Grpc if http_status == 200 => grpc_code(headers, trailers),
+        // A gRPC call answered with a non-200 HTTP status (a proxy, say): map it as gRPC does.
+        Protocol::Grpc => grpc_code_from_http(http_status),
+        Protocol::Http => code_from_http(http_status),
+    }
+}
+
 /// Reads a response's outcome as a [`Status`]: code, reason (`idem-reason`), message
 /// (`grpc-message`) and retry-after (`grpc-retry-pushback-ms` or `Retry-After`).
 pub(crate) fn response_status(
@@ -93,21 +109,13 @@ pub(crate) fn response_status(
             .or_else(|| headers.get(name))
             .and_then(|v| v.to_str().ok())
     };
-    let (code, message) = match protocol {
-        Protocol::Grpc if http_status == 200 => {
-            let code = grpc_code(headers, trailers);
-            let message = trailers
-                .and_then(grpc_message)
-                .or_else(|| grpc_message(headers))
-                .unwrap_or_default();
-            (code, message)
-        }
-        // A gRPC call answered with a non-200 HTTP status (a proxy, say): map it as gRPC does.
-        Protocol::Grpc => (
-            grpc_code_from_http(http_status),
-            format!("HTTP {http_status}"),
-        ),
-        Protocol::Http => (code_from_http(http_status), format!("HTTP {http_status}")),
+    let code = response_code(protocol, http_status, headers, trailers);
+    let message = match protocol {
+        Protocol::Grpc if http_status == 200 => trailers
+            .and_then(grpc_message)
+            .or_else(|| grpc_message(headers))
+            .unwrap_or_default(),
+        _ => format!("HTTP {http_status}"),
     };
     let mut status = Status::new(code, message);
     if let Some(r) = get(&headers::REASON) {

@@ -1,8 +1,9 @@
 //! A whole response as the engine stores it: status, headers, body and trailers (T1).
 
+use std::cell::RefCell;
 use std::fmt;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode, Version};
@@ -132,24 +133,63 @@ impl StoredResponse {
     }
 
     /// The response with the layer's marks: `idempotent-expires-at`, and
-    /// `idempotent-replayed: true` when `replayed`.
+    /// `idempotent-replayed: true` when `replayed`. The header map is built at its final size
+    /// (a clone and two inserts would grow it twice), and the date comes from [`http_date`].
     pub(crate) fn to_marked_response(
         &self,
         replayed: bool,
         expires_at: Option<SystemTime>,
     ) -> Response<ReplayBody> {
-        let mut r = self.to_response();
-        let h = r.headers_mut();
+        let expires = expires_at.and_then(http_date);
+        let stored = &self.0.headers;
+        let mut h = HeaderMap::with_capacity(
+            stored.len() + usize::from(replayed) + usize::from(expires.is_some()),
+        );
+        for (name, value) in stored {
+            // `iter` yields a name once per value; `append` keeps every value, in order.
+            h.append(name.clone(), value.clone());
+        }
         if replayed {
             h.insert(headers::REPLAYED, HeaderValue::from_static("true"));
         }
-        if let Some(at) = expires_at {
-            if let Ok(v) = HeaderValue::from_str(&httpdate::fmt_http_date(at)) {
-                h.insert(headers::EXPIRES_AT, v);
-            }
+        if let Some(v) = expires {
+            h.insert(headers::EXPIRES_AT, v);
         }
+        let mut r = Response::new(ReplayBody::new(
+            self.0.body.clone(),
+            self.0.trailers.clone(),
+        ));
+        *r.status_mut() = self.0.status;
+        *r.version_mut() = self.0.version;
+        *r.headers_mut() = h;
         r
     }
+}
+
+/// `at` as an HTTP date (RFC 9110, one-second resolution). The last value made on this thread is
+/// kept and handed out again for the same second: every response stored in one second expires in
+/// the same second, and a replay of one entry always shows the same date, so most calls clone a
+/// header instead of formatting one.
+fn http_date(at: SystemTime) -> Option<HeaderValue> {
+    thread_local! {
+        static LAST: RefCell<Option<(u64, HeaderValue)>> = const { RefCell::new(None) };
+    }
+    let format = |at| HeaderValue::from_str(&httpdate::fmt_http_date(at)).ok();
+    let Ok(since) = at.duration_since(UNIX_EPOCH) else {
+        return format(at);
+    };
+    let second = since.as_secs();
+    LAST.with(|last| {
+        let mut last = last.borrow_mut();
+        if let Some((s, v)) = &*last {
+            if *s == second {
+                return Some(v.clone());
+            }
+        }
+        let v = format(at)?;
+        *last = Some((second, v.clone()));
+        Some(v)
+    })
 }
 
 impl fmt::Debug for StoredResponse {

@@ -10,9 +10,10 @@ use std::task::{Context, Poll};
 use std::time::SystemTime;
 
 use bytes::Bytes;
+use futures::TryFutureExt;
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame};
-use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
+use http_body_util::{Either, Full};
 use idem_core::{Code, Deadline, Reason, Scope, Status};
 use idem_dedup::{DedupError, Deduplicator, Engine, OutcomeKind, Source};
 use tokio::sync::oneshot;
@@ -22,8 +23,8 @@ pub(crate) use layer::ServerConfig;
 pub use layer::{IdemLayer, IdemLayerBuilder, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_STORED_BYTES};
 pub use refused::REFUSED_TOTAL;
 
-use crate::body::{RequestBody, ResponseBody, StreamedBody};
-use crate::protocol::response_status;
+use crate::body::{read_limited, Joined, ReadError, RequestBody, ResponseBody, StreamedBody};
+use crate::protocol::{response_code, response_status};
 use crate::request_fingerprint;
 use crate::stored::FailedResponse;
 use crate::{headers, key_from_headers, reject, BoxError, Deduplicated, Protocol, StoredResponse};
@@ -109,18 +110,137 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let inner = self.inner.clone();
-        let engine = self.engine.clone();
-        let cfg = self.cfg.clone();
-        Box::pin(handle(inner, engine, cfg, req))
+        let protocol = Protocol::of(req.headers());
+        let cfg = &self.cfg;
+        if !cfg
+            .writes
+            .is_write(req.method(), req.uri().path(), protocol)
+        {
+            let pass = self.inner.clone().oneshot(req.map(Either::Left));
+            return Box::pin(pass.map_ok(|resp| resp.map(Either::Left)));
+        }
+        // Everything that needs no await is decided here, so the future keeps only what the
+        // body read and the engine's call need (moved-from values stay in an async fn's state).
+        let (parts, body) = req.into_parts();
+        let scope = match admit(cfg, protocol, &parts, &body) {
+            Ok(scope) => scope,
+            Err(refused) => return Box::pin(std::future::ready(Ok(refused))),
+        };
+        let job = Box::new(Job {
+            inner: self.inner.clone(),
+            request: Request::from_parts(parts, Either::Right(Full::default())),
+            run: RunConfig {
+                protocol,
+                store_codes: cfg.store_codes,
+                max_stored: cfg.max_stored_bytes,
+            },
+            large: None,
+        });
+        Box::pin(write(
+            job,
+            body,
+            self.engine.clone(),
+            self.cfg.clone(),
+            scope,
+        ))
     }
 }
 
-async fn handle<S, D, B, ResB>(
+/// A refusal made by the layer (counted by reason and status), as the service's response.
+fn refusal<B>(
+    protocol: Protocol,
+    status: &Status,
+    http: Option<StatusCode>,
+) -> Response<ResponseBody<B>> {
+    let response = reject::render(protocol, status, http);
+    refused::count(status, &response);
+    response.map(|b| Either::Right(Either::Left(b)))
+}
+
+/// The checks a write passes before its body is read (T1a, T2, K3): a tenant, one well-formed
+/// key, a valid scope, a declared length within the limit. Returns the scope, or the refusal.
+// The refusal is the response itself, handed straight back; boxing it would only add an
+// allocation to each refused request.
+#[allow(clippy::result_large_err)]
+fn admit<B: Body, ResB>(
+    cfg: &ServerConfig,
+    protocol: Protocol,
+    parts: &http::request::Parts,
+    body: &B,
+) -> Result<Scope, Response<ResponseBody<ResB>>> {
+    let refuse = |status: Status, http: Option<StatusCode>| refusal(protocol, &status, http);
+    let Some(tenant) = cfg.tenant.tenant(parts) else {
+        return Err(refuse(
+            Status::new(
+                Code::Unauthenticated,
+                "this request changes data and needs an authenticated tenant: none was found on the request",
+            )
+            .with_reason(Reason::new("MISSING_TENANT")),
+            None,
+        ));
+    };
+    let key_header = match protocol {
+        Protocol::Grpc => &cfg.grpc_key,
+        Protocol::Http => &cfg.http_key,
+    };
+    let key = match key_from_headers(&parts.headers, key_header) {
+        Ok(Some(key)) => key,
+        Ok(None) => {
+            return Err(refuse(
+                Status::new(
+                    Code::InvalidArgument,
+                    format!(
+                        "this request changes data and needs an idempotency key: send the \
+                         `{key_header}` header with 8-64 characters of A-Z a-z 0-9 _ -, the same \
+                         on every retry"
+                    ),
+                )
+                .with_reason(Reason::MISSING_IDEMPOTENCY_KEY),
+                None,
+            ))
+        }
+        Err(e) => {
+            return Err(refuse(
+                Status::new(Code::InvalidArgument, e.to_string())
+                    .with_reason(Reason::INVALID_IDEMPOTENCY_KEY),
+                None,
+            ))
+        }
+    };
+    // A tenant or path over its limit is the scope's fault, not the key's (INVALID_SCOPE).
+    let scope = Scope::new(tenant.as_str(), parts.uri.path(), &key)
+        .map_err(|e| refuse(Status::from(e), None))?;
+    // T2: refuse oversized bodies without buffering them.
+    let limit = cfg.max_body_bytes;
+    let declared = parts
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) || body.size_hint().lower() > limit as u64 {
+        let (status, http) = reject::too_large(limit);
+        return Err(refuse(status, http));
+    }
+    Ok(scope)
+}
+
+/// One write's run: what the engine's action takes, on the heap so that the futures that carry
+/// the action until it runs (this layer's, the engine's) hold a pointer, not the request.
+struct Job<S, B, ResB> {
     inner: S,
+    request: Request<RequestBody<B>>,
+    run: RunConfig,
+    /// Where a response too large to store goes to the caller that ran it (E16).
+    large: Option<oneshot::Sender<Large<ResB>>>,
+}
+
+/// A write that passed [`admit`]: reads the body, then runs it through the engine and answers.
+async fn write<S, D, B, ResB>(
+    mut job: Box<Job<S, B, ResB>>,
+    body: B,
     engine: D,
     cfg: Arc<ServerConfig>,
-    req: Request<B>,
+    scope: Scope,
 ) -> Result<Response<ResponseBody<ResB>>, S::Error>
 where
     D: Deduplicator<Value = StoredResponse>,
@@ -132,122 +252,48 @@ where
     ResB: Body<Data = Bytes> + Send + 'static,
     ResB::Error: Into<BoxError>,
 {
-    let protocol = Protocol::of(req.headers());
-    if !cfg
-        .writes
-        .is_write(req.method(), req.uri().path(), protocol)
-    {
-        let resp = inner.oneshot(req.map(Either::Left)).await?;
-        return Ok(resp.map(Either::Left));
-    }
-    let refuse = |status: Status, http: Option<StatusCode>| {
-        let response = reject::render(protocol, &status, http);
-        refused::count(&status, &response);
-        Ok(response.map(|b| Either::Right(Either::Left(b))))
-    };
-
-    let (parts, body) = req.into_parts();
-    let Some(tenant) = cfg.tenant.tenant(&parts) else {
-        return refuse(
-            Status::new(
-                Code::Unauthenticated,
-                "this request changes data and needs an authenticated tenant: none was found on the request",
-            )
-            .with_reason(Reason::new("MISSING_TENANT")),
-            None,
-        );
-    };
-    let key_header = match protocol {
-        Protocol::Grpc => &cfg.grpc_key,
-        Protocol::Http => &cfg.http_key,
-    };
-    let key = match key_from_headers(&parts.headers, key_header) {
-        Ok(Some(key)) => key,
-        Ok(None) => {
-            return refuse(
-                Status::new(
-                    Code::InvalidArgument,
-                    format!(
-                        "this request changes data and needs an idempotency key: send the \
-                         `{key_header}` header with 8-64 characters of A-Z a-z 0-9 _ -, the same \
-                         on every retry"
-                    ),
-                )
-                .with_reason(Reason::MISSING_IDEMPOTENCY_KEY),
-                None,
-            )
-        }
-        Err(e) => {
-            return refuse(
-                Status::new(Code::InvalidArgument, e.to_string())
-                    .with_reason(Reason::INVALID_IDEMPOTENCY_KEY),
-                None,
-            )
-        }
-    };
-    // A tenant or path over its limit is the scope's fault, not the key's (INVALID_SCOPE).
-    let scope = match Scope::new(tenant.as_str(), parts.uri.path(), &key) {
-        Ok(scope) => scope,
-        Err(e) => return refuse(Status::from(e), None),
-    };
-
-    // T2: refuse oversized bodies without buffering them.
+    let protocol = job.run.protocol;
     let limit = cfg.max_body_bytes;
-    let declared = parts
-        .headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) || body.size_hint().lower() > limit as u64 {
-        let (status, http) = reject::too_large(limit);
-        return refuse(status, http);
-    }
-    let bytes = match Limited::new(body, limit).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.is::<LengthLimitError>() => {
+    let bytes = match read_limited(body, limit).await {
+        Ok(bytes) => bytes,
+        Err(ReadError::TooLarge) => {
             let (status, http) = reject::too_large(limit);
-            return refuse(status, http);
+            return Ok(refusal(protocol, &status, http));
         }
-        Err(e) => {
-            return refuse(
-                Status::new(
-                    Code::Cancelled,
-                    format!("could not read the request body: {e}"),
-                ),
-                None,
-            )
+        Err(ReadError::Failed(e)) => {
+            let status = Status::new(
+                Code::Cancelled,
+                format!("could not read the request body: {e}"),
+            );
+            return Ok(refusal(protocol, &status, None));
         }
     };
+    let request = &mut job.request;
     // K6: the whole request, not just its body.
     let fingerprint = request_fingerprint(
-        &parts.method,
-        &parts.uri,
-        &parts.headers,
+        request.method(),
+        request.uri(),
+        request.headers(),
         &cfg.fingerprint_headers,
         &bytes,
     );
     let deadline = match protocol {
-        Protocol::Grpc => parts
-            .headers
+        Protocol::Grpc => request
+            .headers()
             .get(headers::GRPC_TIMEOUT)
             .and_then(|v| v.to_str().ok())
             .and_then(crate::parse_grpc_timeout)
             .map(Deadline::after),
         Protocol::Http => None,
     };
-
-    let mut request = Request::from_parts(parts, Either::Right(Full::new(bytes)));
+    *request.body_mut() = Either::Right(Full::new(bytes));
     request.extensions_mut().insert(scope.clone());
-    // A response too large to store reaches this caller through here, streamed (E16).
     let (large_tx, mut large_rx) = oneshot::channel();
-    let run = RunConfig {
-        protocol,
-        store_codes: cfg.store_codes,
-        max_stored: cfg.max_stored_bytes,
-    };
+    job.large = Some(large_tx);
+    // The closure holds only the job's pointer: moving it into the engine's futures is cheap.
     let action = move |context: D::Context| {
-        request.extensions_mut().insert(context);
-        run_once(inner, request, run, large_tx)
+        job.request.extensions_mut().insert(context);
+        run_once(job)
     };
     let result = match deadline {
         Some(d) => {
@@ -258,6 +304,17 @@ where
         None => engine.execute(&scope, fingerprint, action).await,
     };
     let streamed = large_rx.try_recv().ok();
+    Ok(respond(protocol, scope, result, streamed))
+}
+
+/// The answer to a write: the streamed response of a run too large to store, the stored or
+/// replayed response with the layer's marks, the inner service's own failure, or a refusal.
+fn respond<ResB>(
+    protocol: Protocol,
+    scope: Scope,
+    result: Result<idem_dedup::Outcome<StoredResponse>, DedupError>,
+    streamed: Option<Large<ResB>>,
+) -> Response<ResponseBody<ResB>> {
     let mut response = match (&result, streamed) {
         (Ok(outcome), Some(large)) if outcome.kind() == OutcomeKind::Executed => {
             Response::from_parts(
@@ -299,7 +356,7 @@ where
     response
         .extensions_mut()
         .insert(Deduplicated::new(scope, &result));
-    Ok(response.map(Either::Right))
+    response.map(Either::Right)
 }
 
 /// What the action needs to know besides the request.
@@ -314,7 +371,7 @@ struct RunConfig {
 struct Large<B> {
     parts: http::response::Parts,
     read: Vec<Frame<Bytes>>,
-    rest: Pin<Box<B>>,
+    rest: Option<Pin<Box<B>>>,
 }
 
 /// A response over the stored-bytes limit: handed on to the caller that ran it; in its place a
@@ -323,9 +380,9 @@ struct Large<B> {
 fn large_response<B>(
     parts: http::response::Parts,
     read: Vec<Frame<Bytes>>,
-    rest: Pin<Box<B>>,
+    rest: Option<Pin<Box<B>>>,
     run: RunConfig,
-    large: oneshot::Sender<Large<B>>,
+    large: Option<oneshot::Sender<Large<B>>>,
 ) -> Result<StoredResponse, Status> {
     let status = response_status(run.protocol, parts.status.as_u16(), &parts.headers, None);
     let storable = match run.protocol {
@@ -338,18 +395,25 @@ fn large_response<B>(
         .filter_map(|h| parts.headers.get(&h).map(|v| (h, v.clone())))
         .collect();
     // The caller may be gone (its run was handed off): then nobody reads the rest.
-    let _ = large.send(Large { parts, read, rest });
+    if let Some(large) = large {
+        let _ = large.send(Large { parts, read, rest });
+    }
     if !storable {
         return Err(status);
     }
     let note = Status::new(
         Code::AlreadyExists,
         format!(
-            "this request already ran (its answer was {} {}), but its response was over the              {} bytes this server stores, so it cannot be replayed; look the result up{}",
+            "this request already ran (its answer was {} {}), but its response was over the \
+             {} bytes this server stores, so it cannot be replayed; look the result up{}",
             original.as_u16(),
             original.canonical_reason().unwrap_or(""),
             run.max_stored,
-            if location.is_empty() { "" } else { " at the Location header" }
+            if location.is_empty() {
+                ""
+            } else {
+                " at the Location header"
+            }
         ),
     )
     .with_reason(Reason::RESPONSE_NOT_STORED);
@@ -364,12 +428,7 @@ fn large_response<B>(
 /// The engine's action: one call of the inner service (R7: once), its response collected up to
 /// the stored-bytes limit. Past the limit, the response goes on to the caller streamed, and a
 /// compact record is stored in its place (E16).
-async fn run_once<S, B, ResB>(
-    inner: S,
-    request: Request<RequestBody<B>>,
-    run: RunConfig,
-    large: oneshot::Sender<Large<ResB>>,
-) -> Result<StoredResponse, Status>
+async fn run_once<S, B, ResB>(mut job: Box<Job<S, B, ResB>>) -> Result<StoredResponse, Status>
 where
     S: Service<Request<RequestBody<B>>, Response = Response<ResB>> + Send + 'static,
     S::Future: Send + 'static,
@@ -377,13 +436,13 @@ where
     ResB: Body<Data = Bytes> + Send + 'static,
     ResB::Error: Into<BoxError>,
 {
-    let response = inner.oneshot(request).await.map_err(|e| {
+    let (run, large) = (job.run, job.large.take());
+    // Moved straight out of the box into the call: no copy of the request stays in this future.
+    let response = job.inner.oneshot(job.request).await.map_err(|e| {
         let e: BoxError = e.into();
         Status::new(Code::Internal, format!("the request's handler failed: {e}"))
     })?;
     let (parts, body) = response.into_parts();
-    // On the heap, so what is left of it can be handed on after part was read.
-    let mut body = Box::pin(body);
     let body_failed = |e: ResB::Error| {
         let e: BoxError = e.into();
         Status::new(
@@ -396,48 +455,113 @@ where
         .iter()
         .map(|(k, v)| k.as_str().len() + v.len())
         .sum();
-    let mut budget = run.max_stored.saturating_sub(head_bytes);
-    let mut read: Vec<Frame<Bytes>> = Vec::new();
-    let mut over = body.size_hint().lower() > budget as u64;
-    let mut data = bytes::BytesMut::new();
-    let mut trailers = None;
-    while !over {
-        let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await else {
-            break;
-        };
-        let frame = frame.map_err(body_failed)?;
+    let budget = run.max_stored.saturating_sub(head_bytes);
+    let hint = body.size_hint();
+    let read = if hint.upper().is_some_and(|n| n <= budget as u64) {
+        // Known to fit (a handler's `String`, `Json`, an empty body): read where it is, no box.
+        let mut body = std::pin::pin!(body);
+        let mut read = read_stored(body.as_mut(), budget)
+            .await
+            .map_err(body_failed)?;
+        if let Some(frame) = read.over.take() {
+            // It sent more than its size hint promised: read the rest too; the caller gets it
+            // all, nothing is stored (E16).
+            let mut frames = read.into_frames(frame);
+            while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+                frames.push(frame.map_err(body_failed)?);
+            }
+            return large_response(parts, frames, None, run, large);
+        }
+        read
+    } else if hint.lower() > budget as u64 {
+        return large_response(parts, Vec::new(), Some(Box::pin(body)), run, large);
+    } else {
+        // On the heap, so what is left of it can be handed on after part was read.
+        let mut body = Box::pin(body);
+        let mut read = read_stored(body.as_mut(), budget)
+            .await
+            .map_err(body_failed)?;
+        if let Some(frame) = read.over.take() {
+            let frames = read.into_frames(frame);
+            return large_response(parts, frames, Some(body), run, large);
+        }
+        read
+    };
+    let code = response_code(
+        run.protocol,
+        parts.status.as_u16(),
+        &parts.headers,
+        read.trailers.as_ref(),
+    );
+    let stored = StoredResponse::from_parts(parts, read.data.into_bytes(), read.trailers);
+    if code == Code::Ok || run.store_codes.contains(code) {
+        return Ok(stored);
+    }
+    // A failure: its whole status (message, reason, pushback) only now.
+    let status = response_status(
+        run.protocol,
+        stored.status().as_u16(),
+        stored.headers(),
+        stored.trailers(),
+    );
+    Err(status.with_source(FailedResponse(stored)))
+}
+
+/// A response body read up to the stored-bytes budget.
+struct Read {
+    data: Joined,
+    trailers: Option<http::HeaderMap>,
+    /// The frame that went over the budget, if one did (the body is then not all read).
+    over: Option<Frame<Bytes>>,
+}
+
+impl Read {
+    /// The frames read so far, as the caller is to get them: the data, then `next`.
+    fn into_frames(self, next: Frame<Bytes>) -> Vec<Frame<Bytes>> {
+        let mut frames = Vec::with_capacity(3);
+        if self.data.len() > 0 {
+            frames.push(Frame::data(self.data.into_bytes()));
+        }
+        // (Trailers end a body, so a frame after them is not expected; kept in order if one is.)
+        frames.extend(self.trailers.map(Frame::trailers));
+        frames.push(next);
+        frames
+    }
+}
+
+/// Reads `body` until it ends or a frame would take it over `budget` bytes (data, or a trailer
+/// block's names and values).
+async fn read_stored<B: Body<Data = Bytes>>(
+    mut body: Pin<&mut B>,
+    mut budget: usize,
+) -> Result<Read, B::Error> {
+    let mut read = Read {
+        data: Joined::default(),
+        trailers: None,
+        over: None,
+    };
+    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+        let frame = frame?;
         let size = match (frame.data_ref(), frame.trailers_ref()) {
             (Some(d), _) => d.len(),
             (None, Some(t)) => t.iter().map(|(k, v)| k.as_str().len() + v.len()).sum(),
             _ => 0,
         };
         if size > budget {
-            over = true;
-        } else {
-            budget -= size;
-            if let Some(d) = frame.data_ref() {
-                data.extend_from_slice(d);
-            } else if let Some(t) = frame.trailers_ref() {
-                trailers = Some(t.clone());
+            read.over = Some(frame);
+            break;
+        }
+        budget -= size;
+        match frame.into_data() {
+            Ok(data) => read.data.push(data),
+            Err(frame) => {
+                if let Ok(t) = frame.into_trailers() {
+                    read.trailers = Some(t);
+                }
             }
         }
-        read.push(frame);
     }
-    if over {
-        return large_response(parts, read, body, run, large);
-    }
-    let status = response_status(
-        run.protocol,
-        parts.status.as_u16(),
-        &parts.headers,
-        trailers.as_ref(),
-    );
-    let stored = StoredResponse::from_parts(parts, data.freeze(), trailers);
-    if status.code() == Code::Ok || run.store_codes.contains(status.code()) {
-        Ok(stored)
-    } else {
-        Err(status.with_source(FailedResponse(stored)))
-    }
+    Ok(read)
 }
 
 /// A tokio instant as wall-clock time.

@@ -120,8 +120,9 @@ fn main() {
         .build()
         .expect("runtime");
     // Results kept 1 s, as in `http_shop`: unique keys expire while the run goes on.
-    let (mut bare, mut layered, _engine) =
-        rt.block_on(async { shop_route::routers(Duration::from_secs(1)) });
+    let (mut bare, mut layered, _engine) = rt.block_on(async {
+        shop_route::routers(Duration::from_millis(env_u64("IDEM_LAYER_TTL_MS", 1_000)))
+    });
     alloc::ON.store(true, Relaxed);
     println!(
         "layer_cost: in process, one-thread runtime, {} ; {blocks} blocks of {per_block} requests \

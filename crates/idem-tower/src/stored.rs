@@ -122,13 +122,18 @@ impl StoredResponse {
 
     /// The response, exactly as stored.
     pub fn to_response(&self) -> Response<ReplayBody> {
+        self.with_headers(self.0.headers.clone())
+    }
+
+    /// The stored status, version, body and trailers, with `headers`.
+    fn with_headers(&self, headers: HeaderMap) -> Response<ReplayBody> {
         let mut r = Response::new(ReplayBody::new(
             self.0.body.clone(),
             self.0.trailers.clone(),
         ));
         *r.status_mut() = self.0.status;
         *r.version_mut() = self.0.version;
-        *r.headers_mut() = self.0.headers.clone();
+        *r.headers_mut() = headers;
         r
     }
 
@@ -155,14 +160,7 @@ impl StoredResponse {
         if let Some(v) = expires {
             h.insert(headers::EXPIRES_AT, v);
         }
-        let mut r = Response::new(ReplayBody::new(
-            self.0.body.clone(),
-            self.0.trailers.clone(),
-        ));
-        *r.status_mut() = self.0.status;
-        *r.version_mut() = self.0.version;
-        *r.headers_mut() = h;
-        r
+        self.with_headers(h)
     }
 }
 

@@ -103,6 +103,11 @@ pub(crate) struct ServerConfig {
 /// # Ok(()) }
 /// ```
 ///
+/// On tonic the same order holds: the layer that sets the tenant is added to
+/// `Server::builder()` before this one, so it runs first. An interceptor on the generated server
+/// (`ShopServer::with_interceptor`) wraps the service, inside this layer, and runs too late; see
+/// [`SetTenantLayer`](crate::SetTenantLayer), which sets the tenant from the call's metadata.
+///
 /// A gRPC server with more settings:
 ///
 /// ```
@@ -110,11 +115,14 @@ pub(crate) struct ServerConfig {
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use idem_core::{Code, CodeSet};
 /// use idem_dedup::Engine;
-/// use idem_tower::{IdemLayer, StoredResponse, TenantSource, Writes};
+/// use idem_tower::{IdemLayer, Reads, StoredResponse, TenantSource, Writes};
 ///
 /// let engine = Engine::<StoredResponse>::builder().build()?;
 /// let layer = IdemLayer::builder(engine)
+///     // Listed or not, a call that carries a key is deduplicated; listing the writes also
+///     // refuses a listed call sent without one.
 ///     .writes(Writes::paths(["/shop.v1.Shop/CreateOrder", "/shop.v1.Shop/DeductStock"]))
+///     .reads(Reads::paths(["/shop.v1.Shop/GetBook"])) // a key there is ignored (counted)
 ///     .tenant(TenantSource::Header(idem_tower::headers::TENANT)) // behind a trusted gateway only
 ///     .store_failures(CodeSet::EMPTY.with(Code::FailedPrecondition))
 ///     .build()?;

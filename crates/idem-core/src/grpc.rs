@@ -119,7 +119,7 @@ impl From<&Status> for tonic::Status {
     }
 }
 
-/// As the [`From<&Status>`](#impl-From%3C%26Status%3E-for-Status) conversion.
+/// As the conversion from `&Status`: the status, by value.
 #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 impl From<Status> for tonic::Status {
     fn from(status: Status) -> tonic::Status {

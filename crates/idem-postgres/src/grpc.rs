@@ -3,7 +3,7 @@
 //! A handler behind the server layer finds the run's [`PgTransaction`](crate::PgTransaction) in
 //! its request's extensions. Both of the errors its statements meet convert with `?`:
 //! [`TransactionClosed`] directly, and a `sqlx::Error` through [`sqlx_status`](crate::sqlx_status),
-//! whose [`Status`](idem_core::Status) becomes a `tonic::Status` with its reason as a
+//! whose [`Status`] becomes a `tonic::Status` with its reason as a
 //! `google.rpc.ErrorInfo` (and, where it has one, its retry-after as a `RetryInfo`).
 //!
 //! ```

@@ -16,6 +16,7 @@
 //! | [`Reason`] | machine-readable reasons (`RATE_LIMITED`, `STOCK_CONFLICT`, ...) | R2 |
 //! | [`Status`] | code + reason + message + retry-after: the error actions return | E12 |
 //! | [`Deadline`] | the whole call's time budget on tokio's clock | R3 |
+//! | `From<Status> for tonic::Status` and back (feature `tonic`) | `?` in a tonic handler; the reason as `ErrorInfo`, the retry-after as `RetryInfo` | T6 |
 //!
 //! How it fits: `idem-dedup` (the engine) files results under a [`Scope`] and compares
 //! [`Fingerprint`]s; `idem-retry` classifies [`Status`] codes and checks the [`Deadline`];
@@ -57,6 +58,9 @@
 mod code;
 mod deadline;
 mod fingerprint;
+#[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
+pub mod grpc;
 mod key;
 mod reason;
 mod scope;
@@ -66,6 +70,6 @@ pub use code::{Code, CodeSet};
 pub use deadline::Deadline;
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN, MIN_KEY_LEN};
-pub use reason::Reason;
+pub use reason::{Reason, ERROR_DOMAIN};
 pub use scope::{Scope, ScopeError, MAX_METHOD_LEN, MAX_TENANT_LEN};
 pub use status::Status;

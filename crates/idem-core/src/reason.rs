@@ -3,6 +3,11 @@
 use std::borrow::Cow;
 use std::fmt;
 
+/// The `google.rpc.ErrorInfo.domain` under which idem's reasons travel on gRPC: `idem`. Every
+/// error idem's server layer answers itself carries it, and so does a [`Status`](crate::Status)
+/// converted to a `tonic::Status` (feature `tonic`).
+pub const ERROR_DOMAIN: &str = "idem";
+
 /// A machine-readable reason (an `UPPER_SNAKE` word, as in `google.rpc.ErrorInfo.reason`) that
 /// refines a [`Code`](crate::Code). Classification (R2) reads both: `UNAVAILABLE` with
 /// [`UPSTREAM_UNAVAILABLE`](Reason::UPSTREAM_UNAVAILABLE) is worth a retry, `ABORTED` with

@@ -83,6 +83,14 @@ impl Status {
     pub fn retry_after(&self) -> Option<Duration> {
         self.retry_after
     }
+
+    /// The source error as shared, for conversions that keep it (a `tonic::Status`'s source).
+    #[cfg(feature = "tonic")]
+    pub(crate) fn shared_source(
+        &self,
+    ) -> Option<&Arc<dyn std::error::Error + Send + Sync + 'static>> {
+        self.source.as_ref()
+    }
 }
 
 impl PartialEq for Status {

@@ -193,3 +193,30 @@ impl From<DedupError> for Status {
         e.to_status()
     }
 }
+
+/// The error as a tonic handler returns it, by way of [`to_status`](DedupError::to_status):
+/// the code, the message, the reason as a `google.rpc.ErrorInfo` and the retry-after as a
+/// `RetryInfo` (and as `grpc-retry-pushback-ms`). An action's own failure is its status.
+///
+/// ```
+/// use idem_core::Reason;
+/// use idem_dedup::DedupError;
+/// use std::time::Duration;
+///
+/// fn handler() -> Result<tonic::Response<()>, tonic::Status> {
+///     Err(DedupError::InFlight { retry_after: Duration::from_millis(100) })?
+/// }
+/// let status = handler().unwrap_err();
+/// assert_eq!(status.code(), tonic::Code::Aborted);
+/// // A client reads the ErrorInfo and the RetryInfo back:
+/// let read = idem_core::Status::from(status);
+/// assert_eq!(read.reason(), Some(&Reason::REQUEST_IN_FLIGHT));
+/// assert_eq!(read.retry_after(), Some(Duration::from_millis(100)));
+/// ```
+#[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
+impl From<DedupError> for tonic::Status {
+    fn from(e: DedupError) -> tonic::Status {
+        tonic::Status::from(e.to_status())
+    }
+}

@@ -162,6 +162,9 @@ mod config;
 mod db;
 mod digest;
 mod engine;
+#[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
+pub mod grpc;
 pub mod metrics;
 mod notifier;
 mod schema;

@@ -67,8 +67,10 @@
 //!
 //! | step | refused with (gRPC / HTTP) |
 //! |---|---|
-//! | not a write ([`Writes`]) | passed through untouched |
-//! | no tenant ([`TenantSource`]: a [`Tenant`] extension by default; a header only by opt-in) | `UNAUTHENTICATED` / 401 |
+//! | not listed by [`Writes`] and no key header | passed through untouched |
+//! | not listed by [`Writes`], keyed, but declared a read ([`Reads`]) or an HTTP `GET`, `HEAD`, `OPTIONS`, `TRACE` | passed through untouched; counted ([`KEYED_PASSTHROUGH_TOTAL`]) and logged at `DEBUG` |
+//! | not listed by [`Writes`], keyed: a key declares a write | deduplicated, as every write below |
+//! | no tenant ([`TenantSource`]: a [`Tenant`] extension by default, set by a layer *outside* this one such as [`SetTenantLayer`]; a header only by opt-in) | `UNAUTHENTICATED` / 401 |
 //! | no key header | `INVALID_ARGUMENT` / 400 |
 //! | bad key (K1), repeated header, bad sf-string | `INVALID_ARGUMENT` / 400 |
 //! | body over the limit (refused unread, or read only up to the limit) | `INVALID_ARGUMENT` / 413 |
@@ -124,7 +126,9 @@
 //! | `server/` | [`IdemLayer`], [`IdemService`] |
 //! | `client/` | [`RetryLayer`], [`RetryService`], [`CallFailed`], [`ClientStats`] |
 //! | `stored.rs`, `body.rs` | [`StoredResponse`], [`ReplayBody`], body types |
-//! | `key_header.rs`, `tenant.rs`, `writes.rs` | [`key_from_headers`], [`Tenant`], [`Writes`] |
+//! | `key_header.rs`, `tenant.rs`, `writes.rs` | [`key_from_headers`], [`Tenant`], [`Writes`], [`Reads`] |
+//! | `set_tenant.rs` | [`SetTenantLayer`]: the tenant from headers or metadata, outside [`IdemLayer`] |
+//! | `server/keyed.rs`, `server/refused.rs` | keyed requests off the write rule; the layer's counters |
 //! | `protocol.rs`, `reject.rs`, [`headers`] | gRPC vs HTTP, error rendering, header names |
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -144,6 +148,7 @@ mod key_header;
 mod protocol;
 mod reject;
 mod server;
+mod set_tenant;
 mod stored;
 mod tenant;
 pub mod wire;
@@ -162,11 +167,12 @@ pub use protocol::{code_from_http, format_grpc_timeout, parse_grpc_timeout, Prot
 pub use reject::{error_response, ERROR_DOMAIN};
 pub use server::{
     IdemFuture, IdemLayer, IdemLayerBuilder, IdemService, DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_STORED_BYTES, REFUSED_TOTAL,
+    DEFAULT_MAX_STORED_BYTES, KEYED_PASSTHROUGH_TOTAL, REFUSED_TOTAL,
 };
+pub use set_tenant::{SetTenant, SetTenantLayer};
 pub use stored::StoredResponse;
 pub use tenant::{Tenant, TenantSource};
-pub use writes::Writes;
+pub use writes::{Reads, Writes};
 
 /// The boxed error the layers pass around (what tonic and hyper use).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

@@ -44,8 +44,8 @@ pub(crate) fn render(
     }
 }
 
-/// The `ErrorInfo.domain` of every error the layer answers itself (T6).
-pub const ERROR_DOMAIN: &str = "idem";
+/// The `ErrorInfo.domain` of every error the layer answers itself (T6): idem-core's.
+pub use idem_core::ERROR_DOMAIN;
 
 /// Without tonic (feature `grpc` off): the same trailers-only response, minus the details.
 #[cfg(not(feature = "grpc"))]
@@ -77,38 +77,12 @@ fn grpc(status: &Status) -> Response<ReplayBody> {
     r
 }
 
+/// With tonic: idem-core's conversion (code, message, `idem-reason`, `grpc-retry-pushback-ms`,
+/// and `grpc-status-details-bin` with the `ErrorInfo` and `RetryInfo`), as a trailers-only
+/// response.
 #[cfg(feature = "grpc")]
 fn grpc(status: &Status) -> Response<ReplayBody> {
-    use tonic_types::{ErrorDetails, StatusExt};
-    let mut md = tonic::metadata::MetadataMap::new();
-    if let Some(reason) = status.reason() {
-        if let Ok(v) = reason.as_str().parse() {
-            md.insert("idem-reason", v);
-        }
-    }
-    if let Some(after) = status.retry_after() {
-        if let Ok(v) = after.as_millis().to_string().parse() {
-            md.insert("grpc-retry-pushback-ms", v);
-        }
-    }
-    let code = tonic::Code::from_i32(status.code().as_i32());
-    // T6: `grpc-status-details-bin` carries a `google.rpc.Status` with the same code and message,
-    // an `ErrorInfo` (reason, domain) and, where there is one, a `RetryInfo`: what grpcio's
-    // `rpc_status.from_call` and tonic-types' `StatusExt` read.
-    let mut details = ErrorDetails::new();
-    if let Some(reason) = status.reason() {
-        details.set_error_info(
-            reason.as_str(),
-            ERROR_DOMAIN,
-            std::collections::HashMap::<String, String>::new(),
-        );
-    }
-    if let Some(after) = status.retry_after() {
-        details.set_retry_info(Some(after));
-    }
-    let status =
-        tonic::Status::with_error_details_and_metadata(code, status.message(), details, md);
-    let mut r = status.into_http::<ReplayBody>();
+    let mut r = tonic::Status::from(status).into_http::<ReplayBody>();
     r.extensions_mut().clear();
     r
 }

@@ -9,6 +9,12 @@ use http::HeaderName;
 /// layer (T1a). The server layer files every stored result under it, so one tenant can never
 /// replay another's response by guessing or deriving its key.
 ///
+/// The authentication must run *before* the server layer, as a layer outside it: the server
+/// layer reads the tenant when the request reaches it. On tonic, add it to `Server::builder()`
+/// before the [`IdemLayer`](crate::IdemLayer) — [`SetTenantLayer`](crate::SetTenantLayer) sets
+/// the tenant from the call's metadata with a closure — not as an interceptor on the service
+/// (`with_interceptor`), which runs inside the server layer, too late.
+///
 /// ```
 /// use idem_tower::Tenant;
 /// let mut req = http::Request::new(());

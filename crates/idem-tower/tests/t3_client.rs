@@ -395,7 +395,8 @@ async fn t3_give_up_error_says_why_and_after_how_many_attempts() {
     );
     assert_eq!((failed.reason(), failed.attempts()), (GiveUp::Deadline, 2));
 
-    // Transport errors to the end: the last one is the source, an unknown outcome (S3).
+    // Transport errors to the end: an unknown outcome (S3). On gRPC the source is the
+    // UNAVAILABLE status a tonic caller is to see, and the last transport error is its source.
     let svc = layer(2).layer(scripted(vec![Step::Reset], Arc::default()));
     let failed = call_failed(
         svc.oneshot(grpc_request("/shop.v1.Shop/CreateOrder"))
@@ -404,7 +405,15 @@ async fn t3_give_up_error_says_why_and_after_how_many_attempts() {
     );
     assert_eq!((failed.reason(), failed.attempts()), (GiveUp::Attempts, 2));
     assert_eq!(failed.status().reason(), Some(&Reason::UNKNOWN_OUTCOME));
-    let io = std::error::Error::source(&*failed)
+    let grpc = std::error::Error::source(&*failed)
+        .and_then(|e| e.downcast_ref::<tonic::Status>())
+        .unwrap();
+    assert_eq!(grpc.code(), tonic::Code::Unavailable);
+    assert_eq!(
+        grpc.metadata().get("idem-reason").unwrap(),
+        "UNKNOWN_OUTCOME"
+    );
+    let io = std::error::Error::source(grpc)
         .and_then(|e| e.downcast_ref::<std::io::Error>())
         .unwrap();
     assert_eq!(io.kind(), std::io::ErrorKind::ConnectionReset);

@@ -76,7 +76,8 @@ use crate::{BoxError, Protocol};
 /// |---|---|---|
 /// | gRPC status | the server's `tonic::Status` | the response |
 /// | HTTP status | the [`Status`] read from it | the response (its problem document, say) |
-/// | transport error | the transport error | none |
+/// | gRPC transport error (an unknown outcome) | an `UNAVAILABLE` `tonic::Status` with reason `UNKNOWN_OUTCOME` (its `ErrorInfo`), whose source is the transport error | none |
+/// | HTTP transport error | the transport error | none |
 /// | gRPC attempt timed out | a `DEADLINE_EXCEEDED` `tonic::Status` | none |
 /// | HTTP attempt timed out | [`AttemptTimedOut`](crate::AttemptTimedOut) | none |
 #[derive(Debug)]
@@ -102,12 +103,9 @@ impl CallFailed {
         let (response, source): (_, BoxError) = match outcome {
             Failed::Response(r, Some(grpc)) => (Some(r), Box::new(grpc)),
             Failed::Response(r, None) => (Some(r), Box::new(status.clone())),
-            Failed::Transport(e) => (None, e),
+            Failed::Transport(e) => (None, transport_source(protocol, &status, e)),
             Failed::Timeout(after) => match protocol {
-                Protocol::Grpc => (
-                    None,
-                    Box::new(tonic_code_status(status.code(), status.message())),
-                ),
+                Protocol::Grpc => (None, Box::new(grpc_status(&status))),
                 Protocol::Http => (None, Box::new(AttemptTimedOut { after })),
             },
         };
@@ -201,15 +199,40 @@ pub(crate) fn tonic_status(
     status.clone()
 }
 
+/// Without tonic: the status itself.
 #[cfg(not(feature = "grpc"))]
-fn tonic_code_status(code: Code, message: &str) -> GrpcStatus {
-    Status::new(code, message.to_owned())
+fn grpc_status(status: &Status) -> GrpcStatus {
+    status.clone()
+}
+
+/// Without tonic there is no `tonic::Status` to find: the transport error itself.
+#[cfg(not(feature = "grpc"))]
+fn transport_source(_protocol: Protocol, _status: &Status, e: BoxError) -> BoxError {
+    e
+}
+
+/// The source of a give-up after a transport error. On gRPC: the `UNAVAILABLE` /
+/// `UNKNOWN_OUTCOME` `tonic::Status` (with its `ErrorInfo`), whose source is the transport error,
+/// so that tonic, which turns a service's error into the first `tonic::Status` of its source
+/// chain, tells the caller to retry with the same key, rather than mapping the transport error
+/// itself to `INTERNAL` (an HTTP/2 reset) or `UNKNOWN`, which read as "it did not run". On HTTP:
+/// the transport error.
+#[cfg(feature = "grpc")]
+fn transport_source(protocol: Protocol, status: &Status, e: BoxError) -> BoxError {
+    match protocol {
+        Protocol::Grpc => {
+            let mut grpc = grpc_status(status);
+            grpc.set_source(std::sync::Arc::from(e));
+            Box::new(grpc)
+        }
+        Protocol::Http => e,
+    }
 }
 
 /// The `tonic::Status` a tonic client would have read from this failed gRPC response: code,
 /// message, details and metadata from the trailers (or the headers of a trailers-only response),
-/// else `status`'s code and message. Details that are not base64 are dropped rather than handed to
-/// tonic, which would panic on them.
+/// else `status` converted. Details that are not base64 are dropped rather than handed to tonic,
+/// which would panic on them.
 #[cfg(feature = "grpc")]
 pub(crate) fn tonic_status(
     headers: &HeaderMap,
@@ -226,12 +249,11 @@ pub(crate) fn tonic_status(
     {
         map.remove(GRPC_STATUS_DETAILS);
     }
-    tonic::Status::from_header_map(&map)
-        .unwrap_or_else(|| tonic_code_status(status.code(), status.message()))
+    tonic::Status::from_header_map(&map).unwrap_or_else(|| grpc_status(status))
 }
 
-/// A `tonic::Status` of `code` and `message`.
+/// `status` as a `tonic::Status`: code, message, reason (`ErrorInfo`), retry-after (`RetryInfo`).
 #[cfg(feature = "grpc")]
-fn tonic_code_status(code: Code, message: &str) -> tonic::Status {
-    tonic::Status::new(tonic::Code::from_i32(code.as_i32()), message.to_owned())
+fn grpc_status(status: &Status) -> tonic::Status {
+    tonic::Status::from(status)
 }

@@ -53,7 +53,9 @@ use crate::{
 /// A success is the last attempt's response, with a [`CallReport`] extension (attempts, key).
 /// Anything else is an error that downcasts to [`CallFailed`]: why the layer gave up, after how
 /// many attempts, the key, the last failure's status and the last response if there was one.
-/// tonic clients get the server's own `tonic::Status`, whose source is the `CallFailed`.
+/// tonic clients get the server's own `tonic::Status`, whose source is the `CallFailed`; after a
+/// transport error (the server may have run the call), `UNAVAILABLE` with reason
+/// `UNKNOWN_OUTCOME`, which says to retry with the same key.
 ///
 /// # Pushback (R8, T6)
 ///
@@ -431,10 +433,72 @@ where
 fn transport<E: Into<BoxError>>(e: E) -> AttemptError {
     let e: BoxError = e.into();
     AttemptError {
-        status: Status::new(Code::Unavailable, format!("transport error: {e}"))
-            .with_reason(Reason::UNKNOWN_OUTCOME),
+        status: Status::new(
+            Code::Unavailable,
+            format!(
+                "the connection failed, so whether the server ran the request is not known: \
+                 retry with the same idempotency key to run it at most once and get its result \
+                 ({})",
+                chain(&*e)
+            ),
+        )
+        .with_reason(Reason::UNKNOWN_OUTCOME),
         pushback: Pushback::None,
         kind: Failure::Transport,
         outcome: Failed::Transport(e),
+    }
+}
+
+/// An error and its sources as one text, each said once: a source whose text the chain already
+/// holds (a wrapper that repeats it, or prints it in its own message) is left out.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(source) = next {
+        let part = source.to_string();
+        if !part.is_empty() && !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        next = source.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chain;
+
+    #[derive(Debug)]
+    struct E(&'static str, Option<Box<E>>);
+
+    impl std::fmt::Display for E {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for E {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    #[test]
+    fn t3_transport_error_chain_says_each_message_once() {
+        let e = E(
+            "transport error",
+            Some(Box::new(E(
+                "transport error",
+                Some(Box::new(E(
+                    "error trying to connect: connection refused",
+                    Some(Box::new(E("connection refused", None))),
+                ))),
+            ))),
+        );
+        assert_eq!(
+            chain(&e),
+            "transport error: error trying to connect: connection refused"
+        );
     }
 }

@@ -8,7 +8,7 @@ use idem_dedup::{ConfigError, Deduplicator, Engine};
 use tower::Layer;
 
 use crate::server::IdemService;
-use crate::{headers, StoredResponse, TenantSource, Writes};
+use crate::{headers, Protocol, Reads, StoredResponse, TenantSource, Writes};
 
 /// Default limit on a write's request body: 1 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -19,6 +19,7 @@ pub const DEFAULT_MAX_STORED_BYTES: usize = 1024 * 1024;
 #[derive(Debug)]
 pub(crate) struct ServerConfig {
     pub(crate) writes: Writes,
+    pub(crate) reads: Reads,
     pub(crate) grpc_key: HeaderName,
     pub(crate) http_key: HeaderName,
     pub(crate) tenant: TenantSource,
@@ -41,7 +42,8 @@ pub(crate) struct ServerConfig {
 ///
 /// | setting | default | requirement |
 /// |---|---|---|
-/// | [`writes`](IdemLayerBuilder::writes) | HTTP `POST`/`PATCH`; no gRPC method ([`Writes`]) | T1 |
+/// | [`writes`](IdemLayerBuilder::writes) | HTTP `POST`/`PATCH`; no gRPC method is listed, but every keyed request is a write ([`Writes`]) | T1, T7 |
+/// | [`reads`](IdemLayerBuilder::reads) | none: keyed requests pass through only on HTTP `GET`, `HEAD`, `OPTIONS`, `TRACE`, counted ([`Reads`]) | T7 |
 /// | [`grpc_key_header`](IdemLayerBuilder::grpc_key_header) | `x-idempotency-key` | T1 |
 /// | [`http_key_header`](IdemLayerBuilder::http_key_header) | `idempotency-key` | T1, T2 |
 /// | [`tenant`](IdemLayerBuilder::tenant) | the [`Tenant`](crate::Tenant) request extension | T1a |
@@ -101,6 +103,11 @@ pub(crate) struct ServerConfig {
 /// # Ok(()) }
 /// ```
 ///
+/// On tonic the same order holds: the layer that sets the tenant is added to
+/// `Server::builder()` before this one, so it runs first. An interceptor on the generated server
+/// (`ShopServer::with_interceptor`) wraps the service, inside this layer, and runs too late; see
+/// [`SetTenantLayer`](crate::SetTenantLayer), which sets the tenant from the call's metadata.
+///
 /// A gRPC server with more settings:
 ///
 /// ```
@@ -108,11 +115,14 @@ pub(crate) struct ServerConfig {
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use idem_core::{Code, CodeSet};
 /// use idem_dedup::Engine;
-/// use idem_tower::{IdemLayer, StoredResponse, TenantSource, Writes};
+/// use idem_tower::{IdemLayer, Reads, StoredResponse, TenantSource, Writes};
 ///
 /// let engine = Engine::<StoredResponse>::builder().build()?;
 /// let layer = IdemLayer::builder(engine)
+///     // Listed or not, a call that carries a key is deduplicated; listing the writes also
+///     // refuses a listed call sent without one.
 ///     .writes(Writes::paths(["/shop.v1.Shop/CreateOrder", "/shop.v1.Shop/DeductStock"]))
+///     .reads(Reads::paths(["/shop.v1.Shop/GetBook"])) // a key there is ignored (counted)
 ///     .tenant(TenantSource::Header(idem_tower::headers::TENANT)) // behind a trusted gateway only
 ///     .store_failures(CodeSet::EMPTY.with(Code::FailedPrecondition))
 ///     .build()?;
@@ -168,6 +178,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             writes: Writes::default(),
+            reads: Reads::none(),
             grpc_key: headers::GRPC_KEY,
             http_key: headers::HTTP_KEY,
             tenant: TenantSource::Extension,
@@ -175,6 +186,16 @@ impl Default for ServerConfig {
             max_stored_bytes: DEFAULT_MAX_STORED_BYTES,
             store_codes: CodeSet::EMPTY,
             fingerprint_headers: Vec::new(),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The key header of `protocol`'s requests.
+    pub(crate) fn key_header(&self, protocol: Protocol) -> &HeaderName {
+        match protocol {
+            Protocol::Grpc => &self.grpc_key,
+            Protocol::Http => &self.http_key,
         }
     }
 }
@@ -188,9 +209,21 @@ const RETRYABLE: [Code; 4] = [
 ];
 
 impl<D> IdemLayerBuilder<D> {
-    /// Which requests are writes (deduplicated); the others pass through untouched.
+    /// Which requests are writes (deduplicated). A request it does not list is a write all the
+    /// same when it carries the idempotency key header, unless [`reads`](Self::reads) declares
+    /// it a read; the others pass through untouched. Default: HTTP `POST` and `PATCH`.
     pub fn writes(mut self, writes: Writes) -> Self {
         self.cfg.writes = writes;
+        self
+    }
+
+    /// Requests passed through as reads even when they carry an idempotency key: counted in
+    /// [`KEYED_PASSTHROUGH_TOTAL`](crate::KEYED_PASSTHROUGH_TOTAL) and logged at `DEBUG`, never
+    /// deduplicated (see [`Reads`]). The [`writes`](Self::writes) rule comes first. HTTP's safe
+    /// methods (`GET`, `HEAD`, `OPTIONS`, `TRACE`) are always reads. Default:
+    /// [`Reads::none`], so every keyed request is deduplicated.
+    pub fn reads(mut self, reads: Reads) -> Self {
+        self.cfg.reads = reads;
         self
     }
 

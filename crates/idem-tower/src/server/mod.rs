@@ -1,5 +1,6 @@
 //! The server side: deduplicate writes through the engine (T1, T1a, T2, R7).
 
+mod keyed;
 mod layer;
 mod refused;
 
@@ -19,6 +20,7 @@ use idem_dedup::{DedupError, Deduplicator, Engine, OutcomeKind, Source};
 use tokio::sync::oneshot;
 use tower::{Service, ServiceExt};
 
+pub use keyed::KEYED_PASSTHROUGH_TOTAL;
 pub(crate) use layer::ServerConfig;
 pub use layer::{IdemLayer, IdemLayerBuilder, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_STORED_BYTES};
 pub use refused::REFUSED_TOTAL;
@@ -27,14 +29,20 @@ use crate::body::{read_limited, Joined, ReadError, RequestBody, ResponseBody, St
 use crate::protocol::{response_code, response_status};
 use crate::request_fingerprint;
 use crate::stored::FailedResponse;
-use crate::{headers, key_from_headers, reject, BoxError, Deduplicated, Protocol, StoredResponse};
+use crate::{
+    headers, key_from_headers, reject, BoxError, Deduplicated, Protocol, StoredResponse,
+    TenantSource,
+};
 
 /// The service made by [`IdemLayer`]: runs each write once per (tenant, method, key) and replays
 /// the stored response to every duplicate (T1), through any [`Deduplicator`] (T5): the in-process
 /// [`Engine`] by default, or a tiered engine over Redis or PostgreSQL.
 ///
-/// For a request that is not a write ([`Writes`](crate::Writes)) it is a pass-through. For a
-/// write, in order:
+/// A request is a write when the [`Writes`](crate::Writes) rule lists it, or when it carries
+/// the idempotency key header of its protocol (a key is a declaration of intent) and is neither
+/// declared a read ([`Reads`](crate::Reads)) nor an HTTP `GET`, `HEAD`, `OPTIONS` or `TRACE`.
+/// Any other request passes through untouched; the keyed ones among them are counted
+/// ([`KEYED_PASSTHROUGH_TOTAL`]) and logged at `DEBUG`. For a write, in order:
 ///
 /// 1. the tenant ([`TenantSource`](crate::TenantSource)); none → `UNAUTHENTICATED` / 401 (T1a);
 /// 2. the key header ([`key_from_headers`]); missing, malformed or repeated →
@@ -115,6 +123,7 @@ where
         if !cfg
             .writes
             .is_write(req.method(), req.uri().path(), protocol)
+            && !keyed::is_keyed_write(cfg, protocol, &req)
         {
             let pass = self.inner.clone().oneshot(req.map(Either::Left));
             return Box::pin(pass.map_ok(|resp| resp.map(Either::Left)));
@@ -170,19 +179,9 @@ fn admit<B: Body, ResB>(
 ) -> Result<Scope, Response<ResponseBody<ResB>>> {
     let refuse = |status: Status, http: Option<StatusCode>| refusal(protocol, &status, http);
     let Some(tenant) = cfg.tenant.tenant(parts) else {
-        return Err(refuse(
-            Status::new(
-                Code::Unauthenticated,
-                "this request changes data and needs an authenticated tenant: none was found on the request",
-            )
-            .with_reason(Reason::new("MISSING_TENANT")),
-            None,
-        ));
+        return Err(refuse(missing_tenant(&cfg.tenant), None));
     };
-    let key_header = match protocol {
-        Protocol::Grpc => &cfg.grpc_key,
-        Protocol::Http => &cfg.http_key,
-    };
+    let key_header = cfg.key_header(protocol);
     let key = match key_from_headers(&parts.headers, key_header) {
         Ok(Some(key)) => key,
         Ok(None) => {
@@ -222,6 +221,27 @@ fn admit<B: Body, ResB>(
         return Err(refuse(status, http));
     }
     Ok(scope)
+}
+
+/// The refusal of a write without a tenant: `UNAUTHENTICATED`, reason `MISSING_TENANT`, saying
+/// where the layer looked, so a server whose authentication runs too late (inside the layer, as
+/// a tonic interceptor on the service does) learns why from the first refused call.
+fn missing_tenant(source: &TenantSource) -> Status {
+    let message: std::borrow::Cow<'static, str> = match source {
+        TenantSource::Extension => "this request changes data and needs an authenticated tenant, \
+            and none was found: if it carried credentials, the server's authentication did not \
+            put a `Tenant` in the request's extensions before the idempotency layer ran (it must \
+            be a layer outside the idempotency layer; a tonic interceptor on the service runs \
+            inside it, too late)"
+            .into(),
+        TenantSource::Header(name) => format!(
+            "this request changes data and needs an authenticated tenant, and none was found: \
+             the `{name}` header, which the gateway in front of this server sets, is missing, \
+             empty or repeated"
+        )
+        .into(),
+    };
+    Status::new(Code::Unauthenticated, message).with_reason(Reason::new("MISSING_TENANT"))
 }
 
 /// One write's run: what the engine's action takes, on the heap so that the futures that carry

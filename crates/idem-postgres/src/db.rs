@@ -12,8 +12,62 @@ use sqlx::PgPool;
 
 use crate::metrics;
 
-/// SQLSTATE `lock_not_available`: a lock wait passed `lock_timeout`.
-const LOCK_NOT_AVAILABLE: &str = "55P03";
+/// What an error from sqlx means for whoever sent the statement. The crate's one reading of
+/// SQLSTATEs: [`Db::status`] (idem's own statements) and [`sqlx_status`](crate::sqlx_status)
+/// (the action's) both go through [`SqlKind::of`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SqlKind {
+    /// The connection or the server failed or ended the session, or the transaction was rolled
+    /// back under a conflict: the same request may succeed when it is sent again.
+    Transient,
+    /// idem's table or functions are missing or outdated.
+    MissingSchema,
+    /// A lock wait passed `lock_timeout` (another transaction holds the scope).
+    LockTimeout,
+    /// A unique constraint refused the row.
+    UniqueViolation,
+    /// A check or foreign-key constraint refused the row.
+    ConstraintViolation,
+    /// Anything else: a bug or a rule of the database that a retry does not change.
+    Other,
+}
+
+impl SqlKind {
+    /// The kind of `e`.
+    pub(crate) fn of(e: &sqlx::Error) -> SqlKind {
+        match e {
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed => SqlKind::Transient,
+            sqlx::Error::Database(db) => SqlKind::of_sqlstate(db.code().as_deref().unwrap_or("")),
+            _ => SqlKind::Other,
+        }
+    }
+
+    /// The kind of a SQLSTATE.
+    pub(crate) fn of_sqlstate(code: &str) -> SqlKind {
+        match code {
+            // serialization_failure, deadlock_detected: the transaction was rolled back.
+            "40001" | "40P01"
+            // admin_shutdown, crash_shutdown, cannot_connect_now, idle_session_timeout:
+            // the server ended the session or is starting or stopping.
+            | "57P01" | "57P02" | "57P03" | "57P05"
+            // idle_in_transaction_session_timeout: the server ended a session whose
+            // transaction stayed idle too long; the transaction rolled back.
+            | "25P03" => SqlKind::Transient,
+            // Class 08, connection exceptions: the connection failed or was never made.
+            c if c.starts_with("08") => SqlKind::Transient,
+            // undefined_table, undefined_function, invalid_schema_name
+            "42P01" | "42883" | "3F000" => SqlKind::MissingSchema,
+            "55P03" => SqlKind::LockTimeout,
+            "23505" => SqlKind::UniqueViolation,
+            "23514" | "23503" => SqlKind::ConstraintViolation,
+            _ => SqlKind::Other,
+        }
+    }
+}
 
 /// The statements of one schema, formatted once.
 #[derive(Debug)]
@@ -131,7 +185,7 @@ impl Failure {
 
     /// Whether a lock wait passed its limit (another transaction holds the scope).
     pub(crate) fn is_lock_timeout(&self) -> bool {
-        matches!(self, Failure::Sql(sqlx::Error::Database(e)) if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE))
+        matches!(self, Failure::Sql(e) if SqlKind::of(e) == SqlKind::LockTimeout)
     }
 }
 
@@ -226,23 +280,18 @@ impl Db {
                 "postgresql did not answer within {} ms",
                 d.as_millis()
             )),
-            Failure::Sql(e) => {
-                if let sqlx::Error::Database(db) = &e {
-                    // undefined_table, undefined_function, invalid_schema_name
-                    if matches!(db.code().as_deref(), Some("42P01" | "42883" | "3F000")) {
-                        return Status::new(
-                            Code::Internal,
-                            format!(
-                                "the idem schema \"{}\" is missing or outdated: apply it with \
-                                 idem_postgres::migrate ({e})",
-                                self.schema
-                            ),
-                        )
-                        .with_source(e);
-                    }
-                }
-                unavailable(format!("postgresql call failed: {e}")).with_source(e)
-            }
+            Failure::Sql(e) if SqlKind::of(&e) == SqlKind::MissingSchema => Status::new(
+                Code::Internal,
+                format!(
+                    "the idem schema \"{}\" is missing or outdated: apply it with \
+                     idem_postgres::migrate ({e})",
+                    self.schema
+                ),
+            )
+            .with_source(e),
+            // Everything else is retryable: idem's own statements fail only when the
+            // database does.
+            Failure::Sql(e) => unavailable(format!("postgresql call failed: {e}")).with_source(e),
         }
     }
 }

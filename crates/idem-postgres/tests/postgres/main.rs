@@ -12,6 +12,7 @@ mod d4_fencing;
 mod d4_kill;
 mod d4_queries;
 mod d4_restart;
+mod d4_sqlstate;
 mod d4_transactional;
 mod d4_two_processes;
 mod t5_layer;

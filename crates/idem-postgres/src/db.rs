@@ -2,6 +2,8 @@
 //! the statements of one schema, a time limit on every call, and the count of queries sent
 //! (D3, D4).
 
+mod reach;
+
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -11,6 +13,8 @@ use idem_core::{Code, Reason, Status};
 use sqlx::PgPool;
 
 use crate::metrics;
+use reach::Reach;
+pub(crate) use reach::{probe, Unreachable};
 
 /// What an error from sqlx means for whoever sent the statement. The crate's one reading of
 /// SQLSTATEs: [`Db::status`] (idem's own statements) and [`sqlx_status`](crate::sqlx_status)
@@ -165,6 +169,8 @@ pub(crate) enum Failure {
     Timeout(Duration),
     /// The client or the server failed.
     Sql(sqlx::Error),
+    /// The pool could not open a connection (found by a direct attempt after its timeout).
+    Unreachable(Unreachable),
 }
 
 impl fmt::Display for Failure {
@@ -172,6 +178,7 @@ impl fmt::Display for Failure {
         match self {
             Failure::Timeout(d) => write!(f, "no answer within {} ms", d.as_millis()),
             Failure::Sql(e) => e.fmt(f),
+            Failure::Unreachable(u) => u.fmt(f),
         }
     }
 }
@@ -199,6 +206,7 @@ pub(crate) struct Db {
     pub(crate) query_timeout: Duration,
     pub(crate) sql: Sql,
     queries: AtomicU64,
+    reach: Reach,
 }
 
 impl Db {
@@ -211,6 +219,7 @@ impl Db {
             channel,
             query_timeout,
             queries: AtomicU64::new(0),
+            reach: Reach::default(),
         }
     }
 
@@ -226,7 +235,8 @@ impl Db {
         ::metrics::counter!(metrics::QUERIES, "op" => op).increment(1);
     }
 
-    /// Runs one statement (`op` names it in metrics), giving up after `limit`.
+    /// Runs one statement (`op` names it in metrics) on a connection already held (a
+    /// transaction's), giving up after `limit`.
     pub(crate) async fn timed<T>(
         &self,
         op: &'static str,
@@ -234,10 +244,22 @@ impl Db {
         fut: impl Future<Output = Result<T, sqlx::Error>>,
     ) -> Result<T, Failure> {
         self.count(op);
-        self.run(op, limit, fut).await
+        self.run(op, limit, false, fut).await
     }
 
-    /// As [`timed`](Self::timed), without counting the statement in
+    /// Runs one statement on a connection of the pool, giving up after the query time limit.
+    /// If no answer came because no connection opened, the failure says why
+    /// ([`Failure::Unreachable`]).
+    pub(crate) async fn query<T>(
+        &self,
+        op: &'static str,
+        fut: impl Future<Output = Result<T, sqlx::Error>>,
+    ) -> Result<T, Failure> {
+        self.count(op);
+        self.run(op, self.query_timeout, true, fut).await
+    }
+
+    /// As [`query`](Self::query), without counting the statement in
     /// [`queries`](Self::queries) (the sweeper's; the metric still counts it).
     pub(crate) async fn uncounted<T>(
         &self,
@@ -245,13 +267,14 @@ impl Db {
         fut: impl Future<Output = Result<T, sqlx::Error>>,
     ) -> Result<T, Failure> {
         ::metrics::counter!(metrics::QUERIES, "op" => op).increment(1);
-        self.run(op, self.query_timeout, fut).await
+        self.run(op, self.query_timeout, true, fut).await
     }
 
     async fn run<T>(
         &self,
         op: &'static str,
         limit: Duration,
+        pooled: bool,
         fut: impl Future<Output = Result<T, sqlx::Error>>,
     ) -> Result<T, Failure> {
         let out = match tokio::time::timeout(limit, fut).await {
@@ -260,26 +283,31 @@ impl Db {
             Err(_) => Failure::Timeout(limit),
         };
         ::metrics::counter!(metrics::FAILURES, "op" => op).increment(1);
+        // A call to the pool that timed out may have waited for a connection that cannot open.
+        let waited = matches!(
+            out,
+            Failure::Timeout(_) | Failure::Sql(sqlx::Error::PoolTimedOut)
+        );
+        if pooled && waited {
+            if let Some(u) = self.reach.check(&self.pool, self.query_timeout).await {
+                return Err(Failure::Unreachable(u));
+            }
+        }
         Err(out)
     }
 
-    /// As [`timed`](Self::timed) with the query time limit.
-    pub(crate) async fn query<T>(
-        &self,
-        op: &'static str,
-        fut: impl Future<Output = Result<T, sqlx::Error>>,
-    ) -> Result<T, Failure> {
-        self.timed(op, self.query_timeout, fut).await
-    }
-
     /// The status a caller gets for a failure: `UNAVAILABLE` / `UPSTREAM_UNAVAILABLE`
-    /// (retryable, D3), or `INTERNAL` when the schema is missing.
+    /// (retryable, D3), or `INTERNAL` when the schema is missing. The message says the cause
+    /// once, labelled as the store's; the sqlx error is not attached as well.
     pub(crate) fn status(&self, f: Failure) -> Status {
         match f {
             Failure::Timeout(d) => unavailable(format!(
-                "postgresql did not answer within {} ms",
+                "the idempotency store (PostgreSQL) did not answer within {} ms",
                 d.as_millis()
             )),
+            Failure::Unreachable(u) => {
+                unavailable(format!("the idempotency store (PostgreSQL) failed: {u}"))
+            }
             Failure::Sql(e) if SqlKind::of(&e) == SqlKind::MissingSchema => Status::new(
                 Code::Internal,
                 format!(
@@ -287,11 +315,12 @@ impl Db {
                      idem_postgres::migrate ({e})",
                     self.schema
                 ),
-            )
-            .with_source(e),
+            ),
             // Everything else is retryable: idem's own statements fail only when the
             // database does.
-            Failure::Sql(e) => unavailable(format!("postgresql call failed: {e}")).with_source(e),
+            Failure::Sql(e) => {
+                unavailable(format!("the idempotency store (PostgreSQL) failed: {e}"))
+            }
         }
     }
 }

@@ -373,6 +373,7 @@ impl RedisTierBuilder {
         pubsub: Vec<redis::Client>,
         (node, persistence): Found,
     ) -> Result<RedisTier, ConnectError> {
+        crate::metrics::describe();
         if persistence.is_volatile() {
             if !self.allow_volatile {
                 return Err(ConnectError::Volatile { node, persistence });

@@ -94,7 +94,7 @@ pub const LABEL_OP: &str = "op";
 /// ```
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
-    describe_gauge!(IN_FLIGHT, "Runs in flight in the shard (E9).");
+    describe_gauge!(IN_FLIGHT, "Runs in flight in the shard.");
     describe_gauge!(
         COMPLETED,
         "Completed results (successes and cached failures) stored in the shard."

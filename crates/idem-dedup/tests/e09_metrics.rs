@@ -650,3 +650,119 @@ fn e15_every_metric_is_described() {
         }
     });
 }
+
+/// Every description handed to the recorder (what the Prometheus exporter prints as `# HELP`),
+/// whether or not the metric has a value yet.
+#[derive(Default)]
+struct Descriptions(Mutex<Vec<(String, String)>>);
+
+impl metrics::Recorder for Descriptions {
+    fn describe_counter(
+        &self,
+        key: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        text: metrics::SharedString,
+    ) {
+        self.0
+            .lock()
+            .unwrap()
+            .push((key.as_str().to_owned(), text.into_owned()));
+    }
+
+    fn describe_gauge(
+        &self,
+        key: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        text: metrics::SharedString,
+    ) {
+        self.0
+            .lock()
+            .unwrap()
+            .push((key.as_str().to_owned(), text.into_owned()));
+    }
+
+    fn describe_histogram(
+        &self,
+        key: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        text: metrics::SharedString,
+    ) {
+        self.0
+            .lock()
+            .unwrap()
+            .push((key.as_str().to_owned(), text.into_owned()));
+    }
+
+    fn register_counter(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        metrics::Counter::noop()
+    }
+
+    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::noop()
+    }
+
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}
+
+/// The requirement IDs in `text`: words such as `E9`, `D4`, `T1a` (a capital letter, one or two
+/// digits, maybe a lower-case letter), bare or in brackets.
+fn requirement_ids(text: &str) -> Vec<&str> {
+    text.split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| {
+            let b = w.as_bytes();
+            let digits = b.iter().skip(1).take_while(|c| c.is_ascii_digit()).count();
+            let rest = &b[(1 + digits).min(b.len())..];
+            b.len() >= 2
+                && b[0].is_ascii_uppercase()
+                && (1..=2).contains(&digits)
+                && (rest.is_empty() || (rest.len() == 1 && rest[0].is_ascii_lowercase()))
+        })
+        .collect()
+}
+
+#[test]
+fn e9_requirement_ids_are_recognised() {
+    assert_eq!(requirement_ids("Runs in flight in the shard (E9)."), ["E9"]);
+    assert_eq!(
+        requirement_ids("see T1a and D4, not p99 or HTTP2"),
+        ["T1a", "D4"]
+    );
+    assert!(requirement_ids("Stored results removed by TTL expiry.").is_empty());
+}
+
+/// E9: the HELP text an operator reads explains the metric in words; it carries no requirement
+/// ID, which means nothing outside this repository.
+#[test]
+fn e9_help_text_names_no_requirement_ids() {
+    let recorder = Descriptions::default();
+    metrics::with_local_recorder(&recorder, names::describe);
+    let described = recorder.0.into_inner().unwrap();
+    for name in [
+        names::IN_FLIGHT,
+        names::COMPLETED,
+        names::CALLS_TOTAL,
+        names::EXPIRED_TOTAL,
+        names::EXECUTE_SECONDS,
+        names::JOIN_WAIT_SECONDS,
+        names::TIER_CALLS_TOTAL,
+        names::TIER_ROUND_TRIP_SECONDS,
+    ] {
+        assert!(
+            described.iter().any(|(n, _)| n == name),
+            "{name} is described"
+        );
+    }
+    for (name, text) in &described {
+        let ids = requirement_ids(text);
+        assert!(
+            ids.is_empty(),
+            "the HELP text of {name} names {ids:?}: {text:?}"
+        );
+    }
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 
 use crate::db::Db;
-use crate::schema::{check_schema, migrate, SetupError, DEFAULT_SCHEMA};
+use crate::schema::{check_schema, migrate, unreachable_or, SetupError, DEFAULT_SCHEMA};
 use crate::sweeper::SweepConfig;
 
 #[derive(Debug, Clone)]
@@ -62,10 +62,12 @@ impl Common {
         if self.apply_schema {
             // Generous: DDL may wait behind other sessions' locks at start-up.
             let limit = self.query_timeout.max(Duration::from_secs(10));
-            tokio::time::timeout(limit, migrate(&self.pool, &self.schema))
-                .await
-                .map_err(|_| SetupError::Timeout(limit))??;
+            match tokio::time::timeout(limit, migrate(&self.pool, &self.schema)).await {
+                Ok(done) => done?,
+                Err(_) => return Err(unreachable_or(&self.pool, SetupError::Timeout(limit)).await),
+            }
         }
+        crate::metrics::describe();
         Ok(Arc::new(Db::new(
             self.pool.clone(),
             &self.schema,
@@ -85,7 +87,11 @@ macro_rules! common_setters {
         }
 
         /// The time limit of every statement (pool acquisition included); a statement that
-        /// fails or passes it answers `UNAVAILABLE` / `UPSTREAM_UNAVAILABLE` (D3). Default: 1 s.
+        /// fails or passes it answers `UNAVAILABLE` / `UPSTREAM_UNAVAILABLE`, retryable. When
+        /// the time went on waiting for a connection that cannot open, one direct connection
+        /// attempt (at most one a second per tier or engine) finds why, and the message says
+        /// it: "cannot connect to PostgreSQL at 127.0.0.1:5433: connection refused".
+        /// Default: 1 s.
         pub const fn query_timeout(mut self, d: std::time::Duration) -> Self {
             self.common.query_timeout = d;
             self

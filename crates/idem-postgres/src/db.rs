@@ -2,6 +2,8 @@
 //! the statements of one schema, a time limit on every call, and the count of queries sent
 //! (D3, D4).
 
+mod reach;
+
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -11,9 +13,65 @@ use idem_core::{Code, Reason, Status};
 use sqlx::PgPool;
 
 use crate::metrics;
+use reach::Reach;
+pub(crate) use reach::{probe, Unreachable};
 
-/// SQLSTATE `lock_not_available`: a lock wait passed `lock_timeout`.
-const LOCK_NOT_AVAILABLE: &str = "55P03";
+/// What an error from sqlx means for whoever sent the statement. The crate's one reading of
+/// SQLSTATEs: [`Db::status`] (idem's own statements) and [`sqlx_status`](crate::sqlx_status)
+/// (the action's) both go through [`SqlKind::of`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SqlKind {
+    /// The connection or the server failed or ended the session, or the transaction was rolled
+    /// back under a conflict: the same request may succeed when it is sent again.
+    Transient,
+    /// idem's table or functions are missing or outdated.
+    MissingSchema,
+    /// A lock wait passed `lock_timeout` (another transaction holds the scope).
+    LockTimeout,
+    /// A unique constraint refused the row.
+    UniqueViolation,
+    /// A check or foreign-key constraint refused the row.
+    ConstraintViolation,
+    /// Anything else: a bug or a rule of the database that a retry does not change.
+    Other,
+}
+
+impl SqlKind {
+    /// The kind of `e`.
+    pub(crate) fn of(e: &sqlx::Error) -> SqlKind {
+        match e {
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed => SqlKind::Transient,
+            sqlx::Error::Database(db) => SqlKind::of_sqlstate(db.code().as_deref().unwrap_or("")),
+            _ => SqlKind::Other,
+        }
+    }
+
+    /// The kind of a SQLSTATE.
+    pub(crate) fn of_sqlstate(code: &str) -> SqlKind {
+        match code {
+            // serialization_failure, deadlock_detected: the transaction was rolled back.
+            "40001" | "40P01"
+            // admin_shutdown, crash_shutdown, cannot_connect_now, idle_session_timeout:
+            // the server ended the session or is starting or stopping.
+            | "57P01" | "57P02" | "57P03" | "57P05"
+            // idle_in_transaction_session_timeout: the server ended a session whose
+            // transaction stayed idle too long; the transaction rolled back.
+            | "25P03" => SqlKind::Transient,
+            // Class 08, connection exceptions: the connection failed or was never made.
+            c if c.starts_with("08") => SqlKind::Transient,
+            // undefined_table, undefined_function, invalid_schema_name
+            "42P01" | "42883" | "3F000" => SqlKind::MissingSchema,
+            "55P03" => SqlKind::LockTimeout,
+            "23505" => SqlKind::UniqueViolation,
+            "23514" | "23503" => SqlKind::ConstraintViolation,
+            _ => SqlKind::Other,
+        }
+    }
+}
 
 /// The statements of one schema, formatted once.
 #[derive(Debug)]
@@ -111,6 +169,8 @@ pub(crate) enum Failure {
     Timeout(Duration),
     /// The client or the server failed.
     Sql(sqlx::Error),
+    /// The pool could not open a connection (found by a direct attempt after its timeout).
+    Unreachable(Unreachable),
 }
 
 impl fmt::Display for Failure {
@@ -118,6 +178,7 @@ impl fmt::Display for Failure {
         match self {
             Failure::Timeout(d) => write!(f, "no answer within {} ms", d.as_millis()),
             Failure::Sql(e) => e.fmt(f),
+            Failure::Unreachable(u) => u.fmt(f),
         }
     }
 }
@@ -131,7 +192,7 @@ impl Failure {
 
     /// Whether a lock wait passed its limit (another transaction holds the scope).
     pub(crate) fn is_lock_timeout(&self) -> bool {
-        matches!(self, Failure::Sql(sqlx::Error::Database(e)) if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE))
+        matches!(self, Failure::Sql(e) if SqlKind::of(e) == SqlKind::LockTimeout)
     }
 }
 
@@ -145,6 +206,7 @@ pub(crate) struct Db {
     pub(crate) query_timeout: Duration,
     pub(crate) sql: Sql,
     queries: AtomicU64,
+    reach: Reach,
 }
 
 impl Db {
@@ -157,6 +219,7 @@ impl Db {
             channel,
             query_timeout,
             queries: AtomicU64::new(0),
+            reach: Reach::default(),
         }
     }
 
@@ -172,7 +235,8 @@ impl Db {
         ::metrics::counter!(metrics::QUERIES, "op" => op).increment(1);
     }
 
-    /// Runs one statement (`op` names it in metrics), giving up after `limit`.
+    /// Runs one statement (`op` names it in metrics) on a connection already held (a
+    /// transaction's), giving up after `limit`.
     pub(crate) async fn timed<T>(
         &self,
         op: &'static str,
@@ -180,10 +244,22 @@ impl Db {
         fut: impl Future<Output = Result<T, sqlx::Error>>,
     ) -> Result<T, Failure> {
         self.count(op);
-        self.run(op, limit, fut).await
+        self.run(op, limit, false, fut).await
     }
 
-    /// As [`timed`](Self::timed), without counting the statement in
+    /// Runs one statement on a connection of the pool, giving up after the query time limit.
+    /// If no answer came because no connection opened, the failure says why
+    /// ([`Failure::Unreachable`]).
+    pub(crate) async fn query<T>(
+        &self,
+        op: &'static str,
+        fut: impl Future<Output = Result<T, sqlx::Error>>,
+    ) -> Result<T, Failure> {
+        self.count(op);
+        self.run(op, self.query_timeout, true, fut).await
+    }
+
+    /// As [`query`](Self::query), without counting the statement in
     /// [`queries`](Self::queries) (the sweeper's; the metric still counts it).
     pub(crate) async fn uncounted<T>(
         &self,
@@ -191,13 +267,14 @@ impl Db {
         fut: impl Future<Output = Result<T, sqlx::Error>>,
     ) -> Result<T, Failure> {
         ::metrics::counter!(metrics::QUERIES, "op" => op).increment(1);
-        self.run(op, self.query_timeout, fut).await
+        self.run(op, self.query_timeout, true, fut).await
     }
 
     async fn run<T>(
         &self,
         op: &'static str,
         limit: Duration,
+        pooled: bool,
         fut: impl Future<Output = Result<T, sqlx::Error>>,
     ) -> Result<T, Failure> {
         let out = match tokio::time::timeout(limit, fut).await {
@@ -206,42 +283,43 @@ impl Db {
             Err(_) => Failure::Timeout(limit),
         };
         ::metrics::counter!(metrics::FAILURES, "op" => op).increment(1);
+        // A call to the pool that timed out may have waited for a connection that cannot open.
+        let waited = matches!(
+            out,
+            Failure::Timeout(_) | Failure::Sql(sqlx::Error::PoolTimedOut)
+        );
+        if pooled && waited {
+            if let Some(u) = self.reach.check(&self.pool, self.query_timeout).await {
+                return Err(Failure::Unreachable(u));
+            }
+        }
         Err(out)
     }
 
-    /// As [`timed`](Self::timed) with the query time limit.
-    pub(crate) async fn query<T>(
-        &self,
-        op: &'static str,
-        fut: impl Future<Output = Result<T, sqlx::Error>>,
-    ) -> Result<T, Failure> {
-        self.timed(op, self.query_timeout, fut).await
-    }
-
     /// The status a caller gets for a failure: `UNAVAILABLE` / `UPSTREAM_UNAVAILABLE`
-    /// (retryable, D3), or `INTERNAL` when the schema is missing.
+    /// (retryable, D3), or `INTERNAL` when the schema is missing. The message says the cause
+    /// once, labelled as the store's; the sqlx error is not attached as well.
     pub(crate) fn status(&self, f: Failure) -> Status {
         match f {
             Failure::Timeout(d) => unavailable(format!(
-                "postgresql did not answer within {} ms",
+                "the idempotency store (PostgreSQL) did not answer within {} ms",
                 d.as_millis()
             )),
+            Failure::Unreachable(u) => {
+                unavailable(format!("the idempotency store (PostgreSQL) failed: {u}"))
+            }
+            Failure::Sql(e) if SqlKind::of(&e) == SqlKind::MissingSchema => Status::new(
+                Code::Internal,
+                format!(
+                    "the idem schema \"{}\" is missing or outdated: apply it with \
+                     idem_postgres::migrate ({e})",
+                    self.schema
+                ),
+            ),
+            // Everything else is retryable: idem's own statements fail only when the
+            // database does.
             Failure::Sql(e) => {
-                if let sqlx::Error::Database(db) = &e {
-                    // undefined_table, undefined_function, invalid_schema_name
-                    if matches!(db.code().as_deref(), Some("42P01" | "42883" | "3F000")) {
-                        return Status::new(
-                            Code::Internal,
-                            format!(
-                                "the idem schema \"{}\" is missing or outdated: apply it with \
-                                 idem_postgres::migrate ({e})",
-                                self.schema
-                            ),
-                        )
-                        .with_source(e);
-                    }
-                }
-                unavailable(format!("postgresql call failed: {e}")).with_source(e)
+                unavailable(format!("the idempotency store (PostgreSQL) failed: {e}"))
             }
         }
     }

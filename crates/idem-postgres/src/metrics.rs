@@ -15,6 +15,7 @@ pub const FAILURES: &str = "idem_postgres_query_failures_total";
 pub const SWEPT: &str = "idem_postgres_swept_total";
 
 /// Registers the descriptions (HELP text) of the metrics above with the installed recorder.
+/// Building a tier or an engine calls it; call it yourself for a recorder installed later.
 pub fn describe() {
     ::metrics::describe_counter!(
         QUERIES,

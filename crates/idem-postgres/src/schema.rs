@@ -5,6 +5,11 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
+use crate::db::{probe, Unreachable};
+
+/// How long the diagnosis of a pool that timed out at set-up may try to connect.
+const PROBE: Duration = Duration::from_secs(1);
+
 /// The schema's SQL (`sql/schema.sql` in the crate), with `__SCHEMA__` where the schema's quoted
 /// name goes. [`migrate`] applies it; [`schema_sql`] gives it ready to run, for deployments
 /// that apply DDL with their own migration tool.
@@ -21,12 +26,36 @@ pub const DEFAULT_SCHEMA: &str = "idem";
 const MIGRATE_LOCK: i64 = 0x6964_656d_0000_0001;
 
 /// Why a tier or engine could not be set up, or the schema not applied.
+///
+/// Each variant's message says everything it knows once: an error inside (a `sqlx::Error`)
+/// is a field to match on, not also a [`source`](std::error::Error::source), so a report that
+/// prints the chain does not repeat it.
+///
+/// ```
+/// use idem_postgres::SetupError;
+///
+/// let e = SetupError::Unreachable {
+///     address: "127.0.0.1:5999".into(),
+///     reason: "connection refused".into(),
+/// };
+/// assert_eq!(e.to_string(), "cannot connect to PostgreSQL at 127.0.0.1:5999: connection refused");
+/// ```
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum SetupError {
     /// A setting is out of range; the message names the rule.
     Invalid(&'static str),
     /// The database refused or failed.
     Database(sqlx::Error),
+    /// No connection to the database opened: nothing listens at the address (the connection
+    /// was refused), the server is starting or stopping, or the network failed. The pool says
+    /// only that it timed out; a direct connection attempt found this.
+    Unreachable {
+        /// Where the pool connects: `host:port`, or the Unix socket's path.
+        address: String,
+        /// What the attempt met, in words: `connection refused`, ...
+        reason: String,
+    },
     /// The database did not answer within this long.
     Timeout(Duration),
 }
@@ -35,26 +64,32 @@ impl fmt::Display for SetupError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SetupError::Invalid(rule) => write!(f, "invalid idem-postgres setting: {rule}"),
-            SetupError::Database(e) => write!(f, "postgresql failed: {e}"),
+            SetupError::Database(e) => write!(f, "PostgreSQL failed: {e}"),
+            SetupError::Unreachable { address, reason } => {
+                write!(f, "cannot connect to PostgreSQL at {address}: {reason}")
+            }
             SetupError::Timeout(d) => {
-                write!(f, "postgresql did not answer within {} ms", d.as_millis())
+                write!(f, "PostgreSQL did not answer within {} ms", d.as_millis())
             }
         }
     }
 }
 
-impl std::error::Error for SetupError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            SetupError::Database(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+/// No source: the message already holds the inner error's text (see the type's docs).
+impl std::error::Error for SetupError {}
 
 impl From<sqlx::Error> for SetupError {
     fn from(e: sqlx::Error) -> Self {
         SetupError::Database(e)
+    }
+}
+
+impl From<Unreachable> for SetupError {
+    fn from(u: Unreachable) -> Self {
+        SetupError::Unreachable {
+            address: u.address,
+            reason: u.reason,
+        }
     }
 }
 
@@ -105,7 +140,8 @@ pub fn schema_sql(schema: &str) -> Result<String, SetupError> {
 /// # Errors
 ///
 /// [`SetupError::Invalid`] for a bad name; [`SetupError::Database`] if PostgreSQL refuses (for
-/// example the role may not create schemas: then apply [`schema_sql`] as a role that may).
+/// example the role may not create schemas: then apply [`schema_sql`] as a role that may);
+/// [`SetupError::Unreachable`] if no connection opens.
 ///
 /// ```no_run
 /// # async fn demo(pool: sqlx::PgPool) -> Result<(), idem_postgres::SetupError> {
@@ -117,6 +153,19 @@ pub async fn migrate(pool: &PgPool, schema: &str) -> Result<(), SetupError> {
     let body = schema_sql(schema)?;
     // One simple query = one implicit transaction: the lock is held to its end.
     let sql = format!("SELECT pg_advisory_xact_lock({MIGRATE_LOCK});\n{body}");
-    sqlx::raw_sql(&sql).execute(pool).await?;
-    Ok(())
+    match sqlx::raw_sql(&sql).execute(pool).await {
+        Ok(_) => Ok(()),
+        Err(sqlx::Error::PoolTimedOut) => {
+            Err(unreachable_or(pool, SetupError::Database(sqlx::Error::PoolTimedOut)).await)
+        }
+        Err(e) => Err(SetupError::Database(e)),
+    }
+}
+
+/// `otherwise`, unless a connection attempt finds that no connection opens: then why.
+pub(crate) async fn unreachable_or(pool: &PgPool, otherwise: SetupError) -> SetupError {
+    match probe(pool, PROBE).await {
+        Some(u) => u.into(),
+        None => otherwise,
+    }
 }

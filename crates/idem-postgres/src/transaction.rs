@@ -9,6 +9,8 @@ use idem_dedup::remote::FencingToken;
 use sqlx::{PgConnection, Postgres, Transaction};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
+use crate::db::SqlKind;
+
 type Slot = Option<Transaction<'static, Postgres>>;
 
 /// The open transaction of one transactional run: the action's side effects go through it, and
@@ -160,32 +162,26 @@ impl From<TransactionClosed> for Status {
 ///
 /// | error | code |
 /// |---|---|
-/// | connection, I/O, pool timeout or closed, server shutting down | `UNAVAILABLE` / `UPSTREAM_UNAVAILABLE` |
+/// | connection, I/O, pool timeout or closed; connection exceptions (SQLSTATE class `08`) | `UNAVAILABLE` / `UPSTREAM_UNAVAILABLE` |
+/// | the server ended the session: shutting down or starting (`57P01`, `57P02`, `57P03`), idle too long (`57P05`), idle too long inside a transaction (`25P03`) | `UNAVAILABLE` / `UPSTREAM_UNAVAILABLE`: the transaction rolled back, retry with the same key |
 /// | serialization failure, deadlock (`40001`, `40P01`) | `UNAVAILABLE` / `UPSTREAM_UNAVAILABLE`: the transaction rolled back, retry with the same key |
 /// | unique violation (`23505`) | `ALREADY_EXISTS` |
 /// | check or foreign-key violation (`23514`, `23503`) | `FAILED_PRECONDITION` |
 /// | anything else | `INTERNAL` |
+///
+/// The same reading of SQLSTATEs decides what idem's own statements answer, so a server error
+/// is retryable whether it ends your statement or idem's `COMMIT`.
 ///
 /// ```
 /// let s = idem_postgres::sqlx_status(sqlx::Error::PoolTimedOut);
 /// assert_eq!(s.code(), idem_core::Code::Unavailable);
 /// ```
 pub fn sqlx_status(e: sqlx::Error) -> Status {
-    let code = match &e {
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => Code::Unavailable,
-        sqlx::Error::Database(db) => match db.code().as_deref() {
-            Some("40001" | "40P01" | "57P01" | "57P02" | "57P03" | "08000" | "08003" | "08006") => {
-                Code::Unavailable
-            }
-            Some("23505") => Code::AlreadyExists,
-            Some("23514" | "23503") => Code::FailedPrecondition,
-            _ => Code::Internal,
-        },
-        _ => Code::Internal,
+    let code = match SqlKind::of(&e) {
+        SqlKind::Transient => Code::Unavailable,
+        SqlKind::UniqueViolation => Code::AlreadyExists,
+        SqlKind::ConstraintViolation => Code::FailedPrecondition,
+        SqlKind::MissingSchema | SqlKind::LockTimeout | SqlKind::Other => Code::Internal,
     };
     let status = Status::new(code, format!("database statement failed: {e}"));
     let status = if code == Code::Unavailable {

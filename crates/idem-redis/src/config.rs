@@ -1,6 +1,5 @@
 //! [`RedisTierBuilder`]: connecting to Redis or Redis Cluster, with every default listed.
 
-use std::fmt;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -9,76 +8,11 @@ use redis::{ErrorKind, RedisError};
 use tokio::time::Instant;
 
 use crate::conn::Conn;
+use crate::error::{dial_failed, ConnectError};
 use crate::link::{Dial, Link};
 use crate::metrics::VOLATILE;
 use crate::persistence::{config_value, Persistence};
 use crate::RedisTier;
-
-/// Why a [`RedisTier`] could not be built.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum ConnectError {
-    /// A setting is out of range; the message names the rule.
-    Invalid(&'static str),
-    /// The URL did not parse, or Redis refused the connection for a reason retrying cannot
-    /// fix (authentication, a bad database number, ...), or it kept failing until the
-    /// [`startup_timeout`](RedisTierBuilder::startup_timeout).
-    Redis(redis::RedisError),
-    /// No connection succeeded within the startup timeout (Redis not reachable, or still
-    /// loading its data).
-    Timeout(Duration),
-    /// Redis keeps no append-only file: a restart of it loses acknowledged records, so an intent
-    /// recorded there may run a second time. Refused unless
-    /// [`allow_volatile`](RedisTierBuilder::allow_volatile) is set.
-    Volatile {
-        /// The node (`host:port`; empty for a single server).
-        node: String,
-        /// What the node keeps.
-        persistence: Persistence,
-    },
-}
-
-impl fmt::Display for ConnectError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConnectError::Invalid(rule) => write!(f, "invalid redis tier config: {rule}"),
-            ConnectError::Redis(e) => write!(f, "cannot connect to redis: {e}"),
-            ConnectError::Timeout(d) => {
-                write!(f, "cannot connect to redis within {} ms", d.as_millis())
-            }
-            ConnectError::Volatile { node, persistence } => {
-                let at = if node.is_empty() {
-                    String::new()
-                } else {
-                    format!(" at {node}")
-                };
-                write!(
-                    f,
-                    "redis{at} keeps {persistence}: a restart of it loses results it has \
-                     acknowledged, so an intent recorded there may run a second time. Turn on \
-                     the append-only file (appendonly yes; with appendfsync always nothing \
-                     acknowledged is lost even when the machine crashes), or accept the risk \
-                     with RedisTierBuilder::allow_volatile(true)"
-                )
-            }
-        }
-    }
-}
-
-impl std::error::Error for ConnectError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ConnectError::Redis(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl From<redis::RedisError> for ConnectError {
-    fn from(e: redis::RedisError) -> Self {
-        ConnectError::Redis(e)
-    }
-}
 
 /// Connects a [`RedisTier`].
 ///
@@ -134,8 +68,8 @@ impl Default for RedisTierBuilder {
     }
 }
 
-/// The weakest persistence found, and the node (`host:port`, empty for one server) that has it.
-type Found = (String, Persistence);
+/// The weakest persistence found, and the node (`host:port`) that has it, where known.
+type Found = (Option<String>, Persistence);
 
 /// The settings a started tier keeps.
 pub(crate) struct TierSettings {
@@ -299,8 +233,11 @@ impl RedisTierBuilder {
     /// As [`connect`](Self::connect).
     pub async fn connect_client(self, client: redis::Client) -> Result<RedisTier, ConnectError> {
         self.validate()?;
+        let address = client.get_connection_info().addr().to_string();
         let dial = Dial::Single(client.clone(), self.manager_config());
-        let (conn, persistence) = self.dial_until_ready(&dial).await?;
+        let (conn, (node, persistence)) = self.dial_until_ready(&dial, Some(&address)).await?;
+        // One server: the node is the server the client dialled.
+        let persistence = (node.or(Some(address)), persistence);
         let link = Link::new(conn, dial, self.connect_timeout, self.window());
         self.finish(link, vec![client], persistence).await
     }
@@ -372,13 +309,19 @@ impl RedisTierBuilder {
     ) -> Result<RedisTier, ConnectError> {
         self.validate()?;
         let dial = Dial::Cluster(client);
-        let (conn, persistence) = self.dial_until_ready(&dial).await?;
+        let at = (!pubsub.is_empty()).then(|| seeds(&pubsub));
+        let (conn, persistence) = self.dial_until_ready(&dial, at.as_deref()).await?;
         let link = Link::new(conn, dial, self.connect_timeout, self.window());
         self.finish(link, pubsub, persistence).await
     }
 
     /// Dials and reads the persistence settings, again and again while Redis is still starting.
-    async fn dial_until_ready(&self, dial: &Dial) -> Result<(Conn, Found), ConnectError> {
+    /// `address` names where the dial goes, for the error that says it could not connect.
+    async fn dial_until_ready(
+        &self,
+        dial: &Dial,
+        address: Option<&str>,
+    ) -> Result<(Conn, Found), ConnectError> {
         let deadline = Instant::now() + self.startup_timeout;
         let mut backoff = Duration::from_millis(20);
         loop {
@@ -397,7 +340,7 @@ impl RedisTierBuilder {
                         return Err(if e.is_timeout() {
                             ConnectError::Timeout(self.startup_timeout)
                         } else {
-                            ConnectError::Redis(e)
+                            dial_failed(address, e)
                         });
                     }
                     tokio::time::sleep(backoff).await;
@@ -430,13 +373,14 @@ impl RedisTierBuilder {
         pubsub: Vec<redis::Client>,
         (node, persistence): Found,
     ) -> Result<RedisTier, ConnectError> {
+        crate::metrics::describe();
         if persistence.is_volatile() {
             if !self.allow_volatile {
                 return Err(ConnectError::Volatile { node, persistence });
             }
             metrics::gauge!(VOLATILE).set(1.0);
             tracing::warn!(
-                node = %node,
+                node = node.as_deref(),
                 persistence = %persistence,
                 "redis keeps no append-only file: a restart of it loses acknowledged results, so \
                  an intent may run a second time (accepted with allow_volatile)"
@@ -450,7 +394,7 @@ impl RedisTierBuilder {
                 ),
                 Persistence::AofAlways => {}
                 _ => tracing::info!(
-                    node = %node,
+                    node = node.as_deref(),
                     persistence = %persistence,
                     "redis fsyncs its append-only file lazily: a crash of the machine (not of \
                      redis alone) may lose the last acknowledged results"
@@ -515,11 +459,11 @@ async fn read_persistence(conn: &Conn, limit: Duration) -> Result<Found, RedisEr
         let replies = match conn.on_every_primary(&cmd, limit).await {
             Ok(r) => r,
             Err(e) if is_starting(&e) => return Err(e),
-            Err(_) => return Ok((String::new(), Persistence::Unknown)),
+            Err(_) => return Ok((None, Persistence::Unknown)),
         };
         for (node, v) in replies {
             let Some(value) = config_value(&v) else {
-                return Ok((node, Persistence::Unknown));
+                return Ok((known(node), Persistence::Unknown));
             };
             match settings.iter_mut().find(|(n, _)| *n == node) {
                 Some((_, s)) => s[i] = value,
@@ -533,9 +477,25 @@ async fn read_persistence(conn: &Conn, limit: Duration) -> Result<Found, RedisEr
     }
     Ok(settings
         .into_iter()
-        .map(|(node, [aof, fsync, save])| (node, Persistence::from_config(&aof, &fsync, &save)))
+        .map(|(node, [aof, fsync, save])| {
+            (known(node), Persistence::from_config(&aof, &fsync, &save))
+        })
         .min_by_key(|(_, p)| *p)
-        .unwrap_or((String::new(), Persistence::Unknown)))
+        .unwrap_or((None, Persistence::Unknown)))
+}
+
+/// A node's address as `on_every_primary` gives it: empty for one server (unknown there).
+fn known(node: String) -> Option<String> {
+    (!node.is_empty()).then_some(node)
+}
+
+/// The addresses of a cluster's seed nodes, for an error that says where the dial went.
+fn seeds(clients: &[redis::Client]) -> String {
+    let addrs: Vec<String> = clients
+        .iter()
+        .map(|c| c.get_connection_info().addr().to_string())
+        .collect();
+    addrs.join(", ")
 }
 
 #[cfg(test)]
@@ -559,19 +519,6 @@ mod tests {
             client.get_connection_info().addr(),
             redis::ConnectionAddr::TcpTls { .. }
         ));
-    }
-
-    #[test]
-    fn d5_volatile_error_explains_the_risk_and_the_way_out() {
-        let e = ConnectError::Volatile {
-            node: "10.0.0.1:7000".into(),
-            persistence: Persistence::None,
-        };
-        let text = e.to_string();
-        assert!(text.contains("10.0.0.1:7000"), "{text}");
-        assert!(text.contains("run a second time"), "{text}");
-        assert!(text.contains("appendonly yes"), "{text}");
-        assert!(text.contains("allow_volatile(true)"), "{text}");
     }
 
     #[test]

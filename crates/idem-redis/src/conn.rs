@@ -9,6 +9,8 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::{Cmd, FromRedisValue, Pipeline, RedisError, Value};
 
+use crate::error::cause;
+
 /// A reconnecting connection to one server (`ConnectionManager`) or to a cluster
 /// (`ClusterConnection`, which follows slot moves itself). Both are cheap to clone and multiplex
 /// concurrent calls over one socket per node.
@@ -218,9 +220,13 @@ async fn timed<T>(
 ) -> Result<T, Status> {
     match tokio::time::timeout(limit, fut).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(unavailable(format!("redis call failed: {e}")).with_source(e)),
+        // The message says the cause once; the error is not attached as well.
+        Ok(Err(e)) => Err(unavailable(format!(
+            "the idempotency store (redis) failed: {}",
+            cause(&e)
+        ))),
         Err(_) => Err(unavailable(format!(
-            "redis did not answer within {} ms",
+            "the idempotency store (redis) did not answer within {} ms",
             limit.as_millis()
         ))),
     }

@@ -203,6 +203,7 @@ use rustls as _; // the crypto provider of redis-rs' rustls support
 
 mod config;
 mod conn;
+mod error;
 mod keys;
 mod link;
 pub mod metrics;
@@ -211,7 +212,8 @@ mod persistence;
 mod scripts;
 mod tier;
 
-pub use config::{ConnectError, RedisTierBuilder};
+pub use config::RedisTierBuilder;
+pub use error::ConnectError;
 pub use idem_dedup::remote::{ClaimOutcome, Commit, FencingToken, OwnerId, RemoteTier};
 pub use idem_dedup::tiered::{OnUnavailable, TierStats, TieredBuilder};
 #[cfg(feature = "serde")]

@@ -17,3 +17,26 @@ pub const RECONNECTS_TOTAL: &str = "idem_redis_reconnects_total";
 pub const VOLATILE: &str = "idem_redis_volatile";
 /// Counter: completions not confirmed by enough replicas within the wait.
 pub const UNREPLICATED_TOTAL: &str = "idem_redis_unreplicated_total";
+
+/// Registers the descriptions of the metrics above (the Prometheus `# HELP` lines) with the
+/// installed recorder. Connecting a tier calls it; call it yourself for a recorder installed
+/// later.
+///
+/// ```
+/// idem_redis::metrics::describe(); // with no recorder installed, it does nothing
+/// ```
+pub fn describe() {
+    metrics::describe_counter!(
+        RECONNECTS_TOTAL,
+        "Fresh Redis clients swapped in after the tier's calls kept failing."
+    );
+    metrics::describe_gauge!(
+        VOLATILE,
+        "1 when the tier connected to a Redis that loses acknowledged records on restart \
+         (no append-only file, accepted with allow_volatile), else 0."
+    );
+    metrics::describe_counter!(
+        UNREPLICATED_TOTAL,
+        "Completions that too few replicas confirmed within the wait_replicas timeout."
+    );
+}

@@ -61,6 +61,65 @@ const TOKEN: u128 = 1_000_000_000;
 /// | floor | 10 retries per second, bursts of at most 10 | [`DEFAULT_MIN_RETRIES_PER_SEC`] |
 /// | window | 10 s (10 slots of 1 s) | [`DEFAULT_BUDGET_WINDOW`] |
 ///
+/// # Sizing the budget
+///
+/// The defaults are sized for a dependency that is healthy or briefly blips: retries can add at
+/// most 10% to its load (or 10 a second, for a quiet client), so a failing server is not
+/// hammered by its clients' retries. When more than 10% of first attempts fail, the budget runs
+/// out and the calls it does not cover end at once with their last error, reported as "the
+/// retry budget was spent" ([`GiveUp::Budget`](crate::GiveUp::Budget)). That is the budget
+/// doing its job, not a fault.
+///
+/// The arithmetic, with the defaults: 3,000 calls in 3 s, 40% of them (1,200) failing their
+/// first attempt and succeeding on a retry. The window holds all 3,000 requests, so the ratio
+/// grants 10% of them: 300 retries. The floor adds none here: every granted retry takes one of
+/// its tokens, so it tops the rate up to 10 a second rather than adding to the ratio, and the
+/// ratio already grants 100 a second. So 300 failing calls are retried and succeed, and 900
+/// (three quarters of the failures, 30% of all calls) give up on the budget. At a steady rate
+/// the same holds per window: retries are 10% of the last 10 s of requests.
+///
+/// To retry through a higher failure rate, size the budget for it:
+///
+/// * **ratio** ≈ expected failure rate of first attempts × (attempts − 1). That covers every
+///   failing call up to its last attempt even when its retries fail too (with the default 3
+///   attempts: 40% × 2 = 0.8); the failure rate alone covers one retry per failing call. The
+///   cost is the same number: at 0.8, an outage can make the dependency see 1.8× its load.
+/// * **floor** ([`min_per_sec`](RetryBudgetBuilder::min_per_sec)) for low traffic, where 10%
+///   of a few requests in the window is less than one retry: at least the retries a quiet
+///   client needs a second (its requests a second × failure rate × (attempts − 1)), rounded up.
+/// * **window** ([`window`](RetryBudgetBuilder::window)): how far back the ratio looks; a
+///   longer one lets a burst of failures spend what a calm stretch saved.
+///
+/// ```
+/// use idem_retry::{Retrier, RetryBudget, RetryPolicy};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), idem_retry::InvalidPolicy> {
+/// // Up to 40% of first attempts fail, 3 attempts per call: every failure may be retried
+/// // twice. A client of 2 requests a second needs 2 × 0.4 × 2 = 1.6, so 2 retries a second.
+/// let policy = RetryPolicy::default();
+/// let failure_rate = 0.4;
+/// let retries_per_call = f64::from(policy.max_attempts() - 1);
+/// let sized = RetryBudget::builder()
+///     .ratio(failure_rate * retries_per_call) // 0.8
+///     .min_per_sec(2)
+///     .build()?;
+///
+/// // 1,000 requests, 400 failing twice: 800 retries wanted.
+/// let default = RetryBudget::new();
+/// for _ in 0..1_000 {
+///     sized.deposit();
+///     default.deposit();
+/// }
+/// assert_eq!((0..800).filter(|_| sized.try_withdraw()).count(), 800); // all of them
+/// assert_eq!((0..800).filter(|_| default.try_withdraw()).count(), 100); // 10% of 1,000
+///
+/// let retrier = Retrier::new(policy).with_budget(sized);
+/// # let _ = retrier;
+/// # Ok(())
+/// # }
+/// ```
+///
 /// # Examples
 ///
 /// ```

@@ -162,6 +162,12 @@
 //! | budget window | 10 s | [`RetryBudget`] ([`DEFAULT_BUDGET_WINDOW`]) |
 //! | scheduler | tokio's timer | [`Retrier`] ([`TokioScheduler`]) |
 //!
+//! The budget's defaults keep retries within 10% of the load (or 10 a second): when more than
+//! 10% of first attempts fail, most failing calls are not retried and end with "the retry budget
+//! was spent", by design (at 40% failures, three in four of them). To retry through more,
+//! raise the ratio to about the expected failure rate × (attempts − 1), and the floor for quiet
+//! clients: see [`RetryBudget`]'s "Sizing the budget".
+//!
 //! # Where things are
 //!
 //! | file | what | requirement |

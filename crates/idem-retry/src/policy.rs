@@ -43,6 +43,10 @@ pub const DEFAULT_MIN_ATTEMPT_TIME: Duration = Duration::from_millis(50);
 /// | `min_attempt_time` | 50 ms | [`DEFAULT_MIN_ATTEMPT_TIME`] |
 /// | random source | [`SplitMix64::from_entropy`] | |
 ///
+/// Attempts are also bounded by the retry budget, which the retrier shares between calls: with
+/// its default of 10% of requests, a failure rate above 10% leaves most failing calls without a
+/// retry (see [`RetryBudget`](crate::RetryBudget)'s "Sizing the budget").
+///
 /// # Examples
 ///
 /// ```

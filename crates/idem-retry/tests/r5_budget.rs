@@ -146,3 +146,47 @@ async fn r5_floor_is_retries_per_second_not_per_window() {
     assert_eq!((0..1000).filter(|_| long.try_withdraw()).count(), 10);
     assert_eq!(long.refused(), 990);
 }
+
+/// Runs `total` calls, one every `every`, whose first attempt fails for 2 calls in 5 (40%; the 4th and 5th of every 5) and
+/// whose retries succeed; returns the retrier's stats once all have ended.
+async fn forty_percent(retrier: &Retrier, every: Duration, total: u32) -> idem_retry::RetryStats {
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut tick = tokio::time::interval(every);
+    for i in 0..total {
+        tick.tick().await;
+        let r = retrier.clone();
+        tasks.spawn(async move {
+            r.call(&Call::idempotent(), move |attempt| async move {
+                if attempt.number() == 1 && i % 5 >= 3 {
+                    Err(Code::Unavailable)
+                } else {
+                    Ok(())
+                }
+            })
+            .await
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    retrier.stats()
+}
+
+/// The arithmetic of `RetryBudget`'s "Sizing the budget" section: 3,000 calls in 3 s, 1,200 of
+/// them failing their first attempt. The default budget grants 10% of the requests, 300
+/// retries; the other 900 failing calls give up with "the retry budget was spent", by design.
+/// A budget sized for the failure rate (ratio 0.4 × (3 − 1) = 0.8) retries every one.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn r5_at_40_percent_failures_the_default_budget_retries_10_percent_of_requests() {
+    let retrier = Retrier::new(RetryPolicy::default());
+    let stats = forty_percent(&retrier, ms(1), 3_000).await;
+    println!("r5 40% failures, default budget: {stats:?}");
+    assert_eq!(stats.calls, 3_000);
+    assert_eq!(stats.retries, 300, "10% of the requests");
+    assert_eq!(stats.give_ups(GiveUp::Budget), 900);
+
+    let sized = RetryBudget::builder().ratio(0.4 * 2.0).build().unwrap();
+    let retrier = Retrier::new(RetryPolicy::default()).with_budget(sized);
+    let stats = forty_percent(&retrier, ms(1), 3_000).await;
+    println!("r5 40% failures, sized budget: {stats:?}");
+    assert_eq!(stats.retries, 1_200, "every failure retried");
+    assert_eq!(stats.give_ups(GiveUp::Budget), 0);
+}

@@ -200,7 +200,8 @@ where
         &bytes,
         ms(inner.cfg.ttl),
     );
-    match db.query("tx_finish", simple_query(tx.conn(), &sql)).await {
+    let finish = simple_query(tx.conn(), &sql);
+    match db.timed("tx_finish", db.query_timeout, finish).await {
         // Committed; dropping `tx` rolls back the empty transaction the string began.
         Ok(_) => Ok(value),
         // The server refused the record or the COMMIT: the transaction rolled back.

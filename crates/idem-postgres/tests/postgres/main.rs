@@ -12,8 +12,11 @@ mod d4_fencing;
 mod d4_kill;
 mod d4_queries;
 mod d4_restart;
+mod d4_sqlstate;
 mod d4_transactional;
 mod d4_two_processes;
+mod d4_unreachable;
+mod e15_help;
 mod t5_layer;
 
 use std::time::Duration;

@@ -15,6 +15,7 @@ mod d5_connect;
 mod d5_failover;
 mod d5_faults;
 mod d5_options;
+mod e15_help;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;

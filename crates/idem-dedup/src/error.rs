@@ -146,7 +146,8 @@ impl fmt::Display for DedupError {
             DedupError::Conflict => f.write_str(
                 "this idempotency key was already used for a different request: send a new key for a new request, or the same request again to get its result",
             ),
-            DedupError::Action { status, .. } => write!(f, "action failed: {status}"),
+            // The status says what failed (the action, or a shared store): said once.
+            DedupError::Action { status, .. } => status.fmt(f),
             DedupError::Panicked { message } => write!(f, "the request's handler panicked: {message}"),
             DedupError::Overloaded { retry_after } => write!(
                 f,
@@ -182,7 +183,8 @@ impl fmt::Display for DedupError {
 impl std::error::Error for DedupError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            DedupError::Action { status, .. } => Some(status),
+            // The status is what this error displays; its own cause comes next in a chain.
+            DedupError::Action { status, .. } => std::error::Error::source(status),
             _ => None,
         }
     }

@@ -349,3 +349,25 @@ async fn e10_dropping_the_last_handle_stops_a_full_shard_in_batches() {
     drop(engine);
     eventually("actor stopped", || metrics.num_alive_tasks() == before).await;
 }
+
+/// A failure (the action's, or a shared store's) reads as its status, once: no "action failed"
+/// label over a store's message, and a chain that does not repeat the status's text.
+#[test]
+fn e12_an_action_error_says_its_status_once() {
+    use std::error::Error as _;
+    let cause = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+    let status = idem_core::Status::new(
+        Code::Unavailable,
+        "the idempotency store (PostgreSQL) failed: cannot connect to 127.0.0.1:1",
+    )
+    .with_source(cause);
+    let e = DedupError::Action {
+        status,
+        outcome: OutcomeKind::Executed,
+    };
+    assert_eq!(
+        e.to_string(),
+        "UNAVAILABLE: the idempotency store (PostgreSQL) failed: cannot connect to 127.0.0.1:1"
+    );
+    assert_eq!(e.source().unwrap().to_string(), "connection refused");
+}

@@ -10,7 +10,8 @@
 //! | type | what it is | requirement |
 //! |---|---|---|
 //! | [`IdempotencyKey`] | a validated client key, random ([`IdempotencyKey::generate`]) or derived ([`IdempotencyKey::derive`]) | K1, K2 |
-//! | [`Scope`] | tenant + method + key, injectively encoded | K3 |
+//! | [`Scope`] | tenant + method + key, injectively encoded, and its SHA-256 [digest](Scope::digest) | K3 |
+//! | [`Hex`] | bytes as lower-case hex, as a scope digest is written in keys, notices and logs | K3 |
 //! | [`Fingerprint`] | XXH3-128 of the request's canonical bytes; a key reused for another payload is a conflict | K4, K5 |
 //! | [`Code`], [`CodeSet`] | the 17 gRPC status codes and their HTTP mapping | E12, E13 |
 //! | [`Reason`] | machine-readable reasons (`RATE_LIMITED`, `STOCK_CONFLICT`, ...) | R2 |
@@ -57,6 +58,7 @@
 mod code;
 mod deadline;
 mod fingerprint;
+mod hex;
 mod key;
 mod reason;
 mod scope;
@@ -65,6 +67,7 @@ mod status;
 pub use code::{Code, CodeSet};
 pub use deadline::Deadline;
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
+pub use hex::Hex;
 pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN, MIN_KEY_LEN};
 pub use reason::Reason;
 pub use scope::{Scope, ScopeError, MAX_METHOD_LEN, MAX_TENANT_LEN};

@@ -17,6 +17,7 @@
 //! | [`Reason`] | machine-readable reasons (`RATE_LIMITED`, `STOCK_CONFLICT`, ...) | R2 |
 //! | [`Status`] | code + reason + message + retry-after: the error actions return | E12 |
 //! | [`Deadline`] | the whole call's time budget on tokio's clock | R3 |
+//! | [`whole_millis`] | a duration as a count of milliseconds, for event fields and store expiries | E15 |
 //!
 //! How it fits: `idem-dedup` (the engine) files results under a [`Scope`] and compares
 //! [`Fingerprint`]s; `idem-retry` classifies [`Status`] codes and checks the [`Deadline`];
@@ -60,6 +61,7 @@ mod deadline;
 mod fingerprint;
 mod hex;
 mod key;
+mod millis;
 mod reason;
 mod scope;
 mod status;
@@ -69,6 +71,7 @@ pub use deadline::Deadline;
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use hex::Hex;
 pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN, MIN_KEY_LEN};
+pub use millis::whole_millis;
 pub use reason::Reason;
 pub use scope::{Scope, ScopeError, MAX_METHOD_LEN, MAX_TENANT_LEN};
 pub use status::Status;

@@ -47,14 +47,7 @@
 //! assert_eq!(Status::from(err).code(), Code::InvalidArgument);
 //! # Ok::<(), idem_core::ScopeError>(())
 //! ```
-#![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![warn(
-    missing_docs,
-    missing_debug_implementations,
-    unreachable_pub,
-    rust_2018_idioms
-)]
 
 mod code;
 mod deadline;

@@ -13,14 +13,14 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 
 /// The running server's URL.
-pub fn url() -> String {
+pub(crate) fn url() -> String {
     std::env::var("IDEM_PG_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
 }
 
 /// A pool of at most `max` connections, no ping before each acquire (both the tests and the
 /// benchmark run that way; the default ping costs a round trip per acquire).
-pub async fn pool(url: &str, max: u32) -> PgPool {
+pub(crate) async fn pool(url: &str, max: u32) -> PgPool {
     let opts: PgConnectOptions = url.parse().expect("a PostgreSQL URL");
     PgPoolOptions::new()
         .max_connections(max)
@@ -37,7 +37,7 @@ pub async fn pool(url: &str, max: u32) -> PgPool {
 }
 
 /// A pool that connects lazily (for a server that may be down when it is made).
-pub fn lazy_pool(url: &str, max: u32) -> PgPool {
+pub(crate) fn lazy_pool(url: &str, max: u32) -> PgPool {
     let opts: PgConnectOptions = url.parse().expect("a PostgreSQL URL");
     PgPoolOptions::new()
         .max_connections(max)
@@ -47,7 +47,7 @@ pub fn lazy_pool(url: &str, max: u32) -> PgPool {
 }
 
 /// A schema name no other test (or run) uses: `t_<tag>_<pid>_<n>`.
-pub fn unique_schema(tag: &str) -> String {
+pub(crate) fn unique_schema(tag: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -63,20 +63,20 @@ pub fn unique_schema(tag: &str) -> String {
 }
 
 /// One test's schema on a server, with an `orders` table beside idem's.
-pub struct TestDb {
-    pub url: String,
-    pub pool: PgPool,
-    pub schema: String,
+pub(crate) struct TestDb {
+    pub(crate) url: String,
+    pub(crate) pool: PgPool,
+    pub(crate) schema: String,
 }
 
 impl TestDb {
     /// A fresh schema on the running server.
-    pub async fn new(tag: &str) -> Self {
+    pub(crate) async fn new(tag: &str) -> Self {
         Self::on(&url(), &unique_schema(tag)).await
     }
 
     /// `schema` on the server at `url`: idem's schema applied, and the orders table.
-    pub async fn on(url: &str, schema: &str) -> Self {
+    pub(crate) async fn on(url: &str, schema: &str) -> Self {
         let pool = pool(url, 8).await;
         idem_postgres::migrate(&pool, schema)
             .await
@@ -97,7 +97,7 @@ impl TestDb {
     }
 
     /// A transactional engine on this schema (its own pool of `conns`).
-    pub async fn engine(&self, conns: u32) -> PgEngine<String> {
+    pub(crate) async fn engine(&self, conns: u32) -> PgEngine<String> {
         PgEngine::<String>::builder(pool(&self.url, conns).await)
             .schema(&self.schema)
             .query_timeout(Duration::from_secs(5))
@@ -109,7 +109,7 @@ impl TestDb {
     }
 
     /// A remote tier on this schema (its own pool of `conns`).
-    pub async fn tier(&self, conns: u32) -> PgTier {
+    pub(crate) async fn tier(&self, conns: u32) -> PgTier {
         PgTier::builder(pool(&self.url, conns).await)
             .schema(&self.schema)
             .query_timeout(Duration::from_secs(5))
@@ -120,7 +120,7 @@ impl TestDb {
     }
 
     /// A tiered engine over a new tier on this schema.
-    pub async fn tiered(&self, conns: u32, lease: Duration) -> TieredEngine<String> {
+    pub(crate) async fn tiered(&self, conns: u32, lease: Duration) -> TieredEngine<String> {
         TieredEngine::<String>::builder(self.tier(conns).await)
             .lease(lease)
             .poll_interval(Duration::from_millis(5), Duration::from_millis(50))
@@ -130,7 +130,7 @@ impl TestDb {
     }
 
     /// `INSERT INTO orders` inside a run's transaction.
-    pub fn insert_order(&self) -> String {
+    pub(crate) fn insert_order(&self) -> String {
         format!(
             "INSERT INTO \"{}\".orders (intent, by_worker, token) VALUES ($1, $2, $3)",
             self.schema
@@ -138,7 +138,7 @@ impl TestDb {
     }
 
     /// Every order: (intent, by_worker).
-    pub async fn orders(&self) -> Vec<(String, String)> {
+    pub(crate) async fn orders(&self) -> Vec<(String, String)> {
         sqlx::query_as(&format!(
             "SELECT intent, by_worker FROM \"{}\".orders ORDER BY id",
             self.schema
@@ -149,7 +149,7 @@ impl TestDb {
     }
 
     /// Rows in idem's table.
-    pub async fn records(&self) -> i64 {
+    pub(crate) async fn records(&self) -> i64 {
         sqlx::query_scalar(&format!("SELECT count(*) FROM \"{}\".records", self.schema))
             .fetch_one(&self.pool)
             .await
@@ -157,7 +157,7 @@ impl TestDb {
     }
 
     /// Drops the schema (at the end of a test that passed).
-    pub async fn drop_schema(self) {
+    pub(crate) async fn drop_schema(self) {
         let _ = sqlx::raw_sql(&format!("DROP SCHEMA \"{}\" CASCADE", self.schema))
             .execute(&self.pool)
             .await;

@@ -10,13 +10,15 @@
 //! | type | what it is | requirement |
 //! |---|---|---|
 //! | [`IdempotencyKey`] | a validated client key, random ([`IdempotencyKey::generate`]) or derived ([`IdempotencyKey::derive`]) | K1, K2 |
-//! | [`Scope`] | tenant + method + key, injectively encoded | K3 |
+//! | [`Scope`] | tenant + method + key, injectively encoded, and its SHA-256 [digest](Scope::digest) | K3 |
+//! | [`Hex`] | bytes as lower-case hex, as a scope digest is written in keys, notices and logs | K3 |
 //! | [`Fingerprint`] | XXH3-128 of the request's canonical bytes; a key reused for another payload is a conflict | K4, K5 |
 //! | [`Code`], [`CodeSet`] | the 17 gRPC status codes and their HTTP mapping | E12, E13 |
 //! | [`Reason`] | machine-readable reasons (`RATE_LIMITED`, `STOCK_CONFLICT`, ...) | R2 |
 //! | [`Status`] | code + reason + message + retry-after: the error actions return | E12 |
 //! | [`Deadline`] | the whole call's time budget on tokio's clock | R3 |
 //! | `From<Status> for tonic::Status` and back (feature `tonic`) | `?` in a tonic handler; the reason as `ErrorInfo`, the retry-after as `RetryInfo` | T6 |
+//! | [`whole_millis`] | a duration as a count of milliseconds, for event fields and store expiries | E15 |
 //!
 //! How it fits: `idem-dedup` (the engine) files results under a [`Scope`] and compares
 //! [`Fingerprint`]s; `idem-retry` classifies [`Status`] codes and checks the [`Deadline`];
@@ -46,14 +48,7 @@
 //! assert_eq!(Status::from(err).code(), Code::InvalidArgument);
 //! # Ok::<(), idem_core::ScopeError>(())
 //! ```
-#![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![warn(
-    missing_docs,
-    missing_debug_implementations,
-    unreachable_pub,
-    rust_2018_idioms
-)]
 
 mod code;
 mod deadline;
@@ -61,7 +56,9 @@ mod fingerprint;
 #[cfg(feature = "tonic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 pub mod grpc;
+mod hex;
 mod key;
+mod millis;
 mod reason;
 mod scope;
 mod status;
@@ -69,7 +66,9 @@ mod status;
 pub use code::{Code, CodeSet};
 pub use deadline::Deadline;
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
+pub use hex::Hex;
 pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN, MIN_KEY_LEN};
+pub use millis::whole_millis;
 pub use reason::{Reason, ERROR_DOMAIN};
 pub use scope::{Scope, ScopeError, MAX_METHOD_LEN, MAX_TENANT_LEN};
 pub use status::Status;

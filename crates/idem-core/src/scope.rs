@@ -3,6 +3,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+use sha2::{Digest as _, Sha256};
+
 use crate::key::{IdempotencyKey, KeyError};
 
 /// The longest tenant accepted, in bytes.
@@ -217,6 +219,34 @@ impl Scope {
     /// The injective encoding (see the type docs); stable across versions.
     pub fn as_bytes(&self) -> &[u8] {
         &self.encoded
+    }
+
+    /// SHA-256 over the encoding ([`as_bytes`](Self::as_bytes)): a name for the scope that is
+    /// the same in every process and version, shows neither the tenant nor the key, and that no
+    /// client can make two scopes share (the encoding is injective). A shared store keys a
+    /// scope's record by it (or by a prefix of it), and logs name a scope by a prefix of it;
+    /// [`Hex`](crate::Hex) writes it as text.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use idem_core::{Hex, Scope};
+    ///
+    /// let a = Scope::parse("tenant-1", "/shop.v1.Shop/CreateOrder", "order-0001")?;
+    /// let b = Scope::parse("tenant-2", "/shop.v1.Shop/CreateOrder", "order-0001")?;
+    /// assert_eq!(a.digest(), Scope::digest_encoded(a.as_bytes()));
+    /// assert_ne!(a.digest(), b.digest());
+    /// assert!(!Hex(&a.digest()).to_string().contains("order"));
+    /// # Ok::<(), idem_core::ScopeError>(())
+    /// ```
+    pub fn digest(&self) -> [u8; 32] {
+        Self::digest_encoded(self.as_bytes())
+    }
+
+    /// The [`digest`](Self::digest) of a scope's encoding as a store keeps it, without decoding
+    /// it: SHA-256 over `bytes`, whatever they hold.
+    pub fn digest_encoded(bytes: &[u8]) -> [u8; 32] {
+        Sha256::digest(bytes).into()
     }
 
     fn parts(&self) -> (&str, &str, &str) {

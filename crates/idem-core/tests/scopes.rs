@@ -1,6 +1,6 @@
 //! K3: scope validation and injective encoding.
 
-use idem_core::{IdempotencyKey, Scope, ScopeError, MAX_METHOD_LEN, MAX_TENANT_LEN};
+use idem_core::{Hex, IdempotencyKey, Scope, ScopeError, MAX_METHOD_LEN, MAX_TENANT_LEN};
 use proptest::prelude::*;
 
 fn key(s: &str) -> IdempotencyKey {
@@ -100,6 +100,25 @@ fn k3_malformed_encodings_are_errors() {
         Scope::from_encoded(b"\x00\x01t\x00\x01mshort"),
         Err(ScopeError::Key(_))
     ));
+}
+
+/// K3: a scope's digest is SHA-256 over its encoding, pinned: the shared tiers key their records
+/// by it, so it may never change between versions (the value is SHA-256 of the documented
+/// encoding, computed apart from this crate).
+#[test]
+fn k3_digest_is_sha256_of_the_encoding() {
+    assert_eq!(
+        Hex(&Scope::digest_encoded(b"")).to_string(),
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    );
+    let s = Scope::parse("tenant-1", "/shop/CreateOrder", "order-0001").unwrap();
+    assert_eq!(s.digest(), Scope::digest_encoded(s.as_bytes()));
+    assert_eq!(
+        Hex(&s.digest()).to_string(),
+        "7291d80760087dd8033a7ebd2532dfa871a6d20575b77376047d7ee4057a142f"
+    );
+    let other = Scope::parse("tenant-1", "/shop/CreateOrder", "order-0002").unwrap();
+    assert_ne!(other.digest(), s.digest());
 }
 
 fn key_strategy() -> impl Strategy<Value = String> {

@@ -20,8 +20,9 @@ use idem_core::{Fingerprint, Scope};
 use idem_dedup::Engine;
 
 // The workspace benches' request shape, values, quick switch and criterion settings, shared so
-// this bench's scopes are the peers bench's own; not every helper is used here.
-#[allow(dead_code)]
+// this bench's scopes are the peers bench's own; not every helper is used here, and its items
+// are `pub` for the benches package, which does not take the workspace's lints.
+#[allow(dead_code, unreachable_pub)]
 #[path = "../../../benches/support/common.rs"]
 mod common;
 

@@ -108,14 +108,7 @@
 //! 72 KiB) to reuse for new keys, so a steady stream of new keys and expiries does not go
 //! through the allocator twice per key. See the
 //! repository's `BENCHMARKS.md` for the comparison with other stores.
-#![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![warn(
-    missing_docs,
-    missing_debug_implementations,
-    unreachable_pub,
-    rust_2018_idioms
-)]
 
 // How the engine's own modules depend on each other, one way only: `engine` (the handle and
 // one call's way, `engine/call.rs`) starts `shard` actors (the loop, `apply`, `expiry`); both

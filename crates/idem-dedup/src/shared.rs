@@ -5,7 +5,6 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
-use std::time::Duration;
 
 use crossbeam_utils::sync::ShardedLock;
 use crossbeam_utils::CachePadded;
@@ -46,8 +45,3 @@ pub(crate) struct Shared {
 /// thread owns, where a single `RwLock` word bounced between the workers on every replay. The
 /// actor pays for it once per batch, taking every slot's write lock.
 pub(crate) type SharedTable<V> = Arc<ShardedLock<HashTable<Box<Entry<V>>>>>;
-
-/// A duration in whole milliseconds, for event fields.
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}

@@ -71,8 +71,7 @@
 
 use std::fmt;
 
-use idem_core::Scope;
-use sha2::{Digest, Sha256};
+use idem_core::{Hex, Scope};
 use tracing::field::Empty;
 use tracing::Span;
 
@@ -99,7 +98,7 @@ impl ScopeDigest {
     /// The digest of a scope's encoding (the bytes of [`Scope::as_bytes`], as a shared tier
     /// stores them).
     pub fn of_encoded(bytes: &[u8]) -> Self {
-        let full = Sha256::digest(bytes);
+        let full = Scope::digest_encoded(bytes);
         let mut d = [0; 8];
         d.copy_from_slice(&full[..8]);
         ScopeDigest(d)
@@ -113,10 +112,7 @@ impl ScopeDigest {
 
 impl fmt::Display for ScopeDigest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
+        fmt::Display::fmt(&Hex(&self.0), f)
     }
 }
 
@@ -266,6 +262,8 @@ pub(crate) use warn_scope;
 
 #[cfg(test)]
 mod tests {
+    use sha2::{Digest, Sha256};
+
     use super::*;
 
     /// E15: the digest is SHA-256's first 8 bytes over the scope's encoding, in hex; fixed

@@ -6,34 +6,34 @@ use std::sync::Arc;
 
 use idem_core::{Fingerprint, Scope};
 
-pub fn scope(key: &str) -> Scope {
+pub(crate) fn scope(key: &str) -> Scope {
     Scope::parse("tenant-0042", "/shop.v1.Shop/CreateOrder", key).unwrap()
 }
 
-pub fn nth_scope(i: u64) -> Scope {
+pub(crate) fn nth_scope(i: u64) -> Scope {
     scope(&format!("order-{i:08}"))
 }
 
-pub fn fp(body: &str) -> Fingerprint {
+pub(crate) fn fp(body: &str) -> Fingerprint {
     Fingerprint::of(body.as_bytes())
 }
 
 /// Counts executions of an action.
 #[derive(Clone, Default)]
-pub struct Runs(Arc<AtomicU64>);
+pub(crate) struct Runs(Arc<AtomicU64>);
 
 impl Runs {
-    pub fn hit(&self) {
+    pub(crate) fn hit(&self) {
         self.0.fetch_add(1, Ordering::SeqCst);
     }
-    pub fn get(&self) -> u64 {
+    pub(crate) fn get(&self) -> u64 {
         self.0.load(Ordering::SeqCst)
     }
 }
 
 /// Waits (yielding, bounded by a generous guard) until `cond` holds. Completions reach the shards
 /// just after the leader's call returns, so counters settle a moment later.
-pub async fn eventually(what: &str, cond: impl Fn() -> bool) {
+pub(crate) async fn eventually(what: &str, cond: impl Fn() -> bool) {
     let guard = tokio::time::Instant::now();
     while !cond() {
         assert!(
@@ -45,10 +45,11 @@ pub async fn eventually(what: &str, cond: impl Fn() -> bool) {
 }
 
 /// A spawned `execute` call.
-pub type Call<V> = tokio::task::JoinHandle<Result<idem_dedup::Outcome<V>, idem_dedup::DedupError>>;
+pub(crate) type Call<V> =
+    tokio::task::JoinHandle<Result<idem_dedup::Outcome<V>, idem_dedup::DedupError>>;
 
 /// Spawns a call for (`s`, `body`) whose action (if it leads) returns `value` at once.
-pub fn spawn_call<V: Clone + Send + Sync + 'static>(
+pub(crate) fn spawn_call<V: Clone + Send + Sync + 'static>(
     engine: &idem_dedup::Engine<V>,
     s: &Scope,
     body: &'static str,
@@ -64,7 +65,7 @@ pub fn spawn_call<V: Clone + Send + Sync + 'static>(
 
 /// Spawns a leader whose action waits for the returned sender, then returns `finish()` (which may
 /// fail or panic); returns once its run is in flight, so later calls join it.
-pub async fn gated_leader<V, F>(
+pub(crate) async fn gated_leader<V, F>(
     engine: &idem_dedup::Engine<V>,
     s: &Scope,
     body: &'static str,
@@ -92,7 +93,7 @@ where
 }
 
 /// Spawns `n` calls that join the run in flight for (`s`, `body`); returns once all have joined.
-pub async fn joiners<V: Clone + Send + Sync + 'static>(
+pub(crate) async fn joiners<V: Clone + Send + Sync + 'static>(
     engine: &idem_dedup::Engine<V>,
     s: &Scope,
     body: &'static str,

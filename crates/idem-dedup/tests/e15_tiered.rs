@@ -3,19 +3,18 @@
 //! never its key, and its metrics under the engine's name with tier round-trip histograms. The
 //! tier is the in-memory one of `tier/`, with its faults switched on by hand.
 
-mod capture;
 mod common;
 mod tier;
 
 use std::time::Duration;
 
-use capture::{capture, Captured};
 use common::{fp, scope};
 use idem_core::{Code, Scope, Status};
 use idem_dedup::metrics as names;
 use idem_dedup::tiered::{OnUnavailable, TieredEngine};
 use idem_dedup::trace::ScopeDigest;
 use idem_dedup::{OutcomeKind, Source};
+use idem_test_support::capture::{capture, Captured, EventRec};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::MetricKind;
 use tier::MemTier;
@@ -39,7 +38,7 @@ fn ok(
 }
 
 /// The one warn event named `name`, with the common fields checked against `s`.
-fn one_warning(c: &Captured, name: &str, engine: &str, s: &Scope) -> capture::EventRec {
+fn one_warning(c: &Captured, name: &str, engine: &str, s: &Scope) -> EventRec {
     let events = c.events_named(name);
     assert_eq!(events.len(), 1, "one {name} in {:#?}", c.events());
     let e = events[0].clone();

@@ -1,17 +1,16 @@
 //! E15: every deduplicated call is a `tracing` span (engine, method, a short scope digest,
 //! outcome), never showing the raw tenant or key unless asked to; lease expiries, panics and
-//! results lost to a lease are warn events. A capturing subscriber (`capture/`) records them.
+//! results lost to a lease are warn events. A capturing subscriber (idem-test-support's `capture`) records them.
 
-mod capture;
 mod common;
 
 use std::time::Duration;
 
-use capture::{capture, capture_spans_up_to, Captured};
 use common::{eventually, fp, scope};
 use idem_core::{Code, Scope};
 use idem_dedup::trace::{ScopeDigest, ScopeLogging};
 use idem_dedup::{DedupError, Engine, OutcomeKind};
+use idem_test_support::capture::{capture, capture_spans_up_to, Captured, SpanRec};
 use tokio::sync::oneshot;
 use tokio::time::advance;
 use tracing::Level;
@@ -19,7 +18,7 @@ use tracing::Level;
 const EXECUTE: &str = "idem_dedup.execute";
 
 /// The span of the call that ended with `outcome`.
-fn span_with_outcome(c: &Captured, outcome: &str) -> capture::SpanRec {
+fn span_with_outcome(c: &Captured, outcome: &str) -> SpanRec {
     let spans = c.spans_named(EXECUTE);
     let found: Vec<_> = spans
         .iter()

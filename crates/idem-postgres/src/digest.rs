@@ -6,8 +6,7 @@
 //! advisory lock that serializes every write of the scope's record; two scopes sharing a lock key
 //! (one chance in 2^64 per pair) only wait for each other, they never share a record.
 
-use idem_core::Scope;
-use sha2::{Digest as _, Sha256};
+use idem_core::{Hex, Scope};
 
 /// A scope's digest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -15,7 +14,7 @@ pub(crate) struct ScopeDigest(pub(crate) [u8; 32]);
 
 impl ScopeDigest {
     pub(crate) fn of(scope: &Scope) -> Self {
-        ScopeDigest(Sha256::digest(scope.as_bytes()).into())
+        ScopeDigest(scope.digest())
     }
 
     /// The advisory lock key.
@@ -54,13 +53,7 @@ fn nibble(c: u8) -> Option<u8> {
 
 /// Lower-case hex.
 pub(crate) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[(b >> 4) as usize] as char);
-        s.push(DIGITS[(b & 15) as usize] as char);
-    }
-    s
+    Hex(bytes).to_string()
 }
 
 #[cfg(test)]

@@ -149,14 +149,7 @@
 //! [`PgEngine::queries_sent`] and [`PgTier::queries_sent`] count statements (a locally held
 //! replay costs none); metric names are in [`metrics`]; the tiered engine adds its own
 //! (`TieredEngine::stats`).
-#![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![warn(
-    missing_docs,
-    missing_debug_implementations,
-    unreachable_pub,
-    rust_2018_idioms
-)]
 
 mod config;
 mod db;

@@ -24,10 +24,6 @@
 //! `cargo bench -p idem-redis --bench redis_tier` (`-- --rounds 9` for more rounds,
 //! `-- --criterion` to add criterion's own measurements of `tier` and `floor`).
 
-#[path = "../tests/redis_tier/support.rs"]
-#[allow(dead_code)]
-mod support;
-
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -38,10 +34,9 @@ use futures::StreamExt;
 use idem_core::{Fingerprint, Scope, Status};
 use idem_dedup::remote::{Claim, OwnerId};
 use idem_redis::{ClaimOutcome, RedisTier, RemoteTier, TieredEngine};
+use idem_test_support::redis::{self as support, RedisServer};
 use redis::aio::ConnectionManager;
 use tokio::runtime::Runtime;
-
-use support::RedisServer;
 
 /// Operations per variant per round.
 const BATCH: usize = 4_000;

@@ -13,15 +13,14 @@
 //! one slot, and since `T` is a digest of the injective scope encoding, no `{` or `}` in a
 //! client-chosen tenant, method or key can move a key to another slot (D3).
 
-use idem_core::Scope;
-use sha2::{Digest, Sha256};
+use idem_core::{Hex, Scope};
 
 /// The 16-byte digest that names a scope in Redis.
 pub(crate) type Tag = [u8; 16];
 
 /// The digest of a scope's encoding.
 pub(crate) fn tag(scope: &Scope) -> Tag {
-    let d = Sha256::digest(scope.as_bytes());
+    let d = scope.digest();
     let mut t = [0u8; 16];
     t.copy_from_slice(&d[..16]);
     t
@@ -39,7 +38,7 @@ pub(crate) struct ScopeKeys {
 impl ScopeKeys {
     pub(crate) fn new(prefix: &str, scope: &Scope) -> Self {
         let tag = tag(scope);
-        let record = format!("{prefix}{{{}}}", hex(&tag));
+        let record = format!("{prefix}{{{}}}", Hex(&tag));
         ScopeKeys {
             tag,
             fence: format!("{record}:fence"),
@@ -47,17 +46,6 @@ impl ScopeKeys {
             record,
         }
     }
-}
-
-/// Lower-case hex.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[(b >> 4) as usize] as char);
-        s.push(DIGITS[(b & 15) as usize] as char);
-    }
-    s
 }
 
 /// The pattern every instance subscribes to: all completion channels under `prefix`.

@@ -189,14 +189,7 @@
 //! The tier's own metrics are in [`metrics`]. [`TieredEngine::local_stats`] gives the local
 //! engine's counts, [`RedisTier::commands_sent`] the Redis calls made and
 //! [`RedisTier::reconnects`] the fresh clients swapped in.
-#![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![warn(
-    missing_docs,
-    missing_debug_implementations,
-    unreachable_pub,
-    rust_2018_idioms
-)]
 
 #[cfg(feature = "tls")]
 use rustls as _; // the crypto provider of redis-rs' rustls support

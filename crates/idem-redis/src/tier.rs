@@ -169,7 +169,7 @@ impl RedisTier {
 
 /// Milliseconds for PX / PEXPIRE: at least 1.
 fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+    idem_core::whole_millis(d).max(1)
 }
 
 impl RemoteTier for RedisTier {

@@ -180,14 +180,7 @@
 //! | `budget.rs` | [`RetryBudget`] | R5 |
 //! | `retrier.rs`, `error.rs` | [`Retrier`], [`RetryError`] | R1–R6, R8 |
 //! | `metrics.rs`, `stats.rs` | metric names, [`GiveUp`], [`RetryStats`] | |
-#![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![warn(
-    missing_docs,
-    missing_debug_implementations,
-    unreachable_pub,
-    rust_2018_idioms
-)]
 
 mod budget;
 mod call;

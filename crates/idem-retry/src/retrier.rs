@@ -375,7 +375,7 @@ impl<S: Scheduler> Retrier<S> {
                 name: "idem_retry.retry",
                 target: "idem_retry",
                 attempt = number.saturating_add(1),
-                delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                delay_ms = idem_core::whole_millis(delay),
                 pushback = matches!(wait, Wait::Pushback(_)),
                 code = err.code().as_str(),
                 "retrying after a retryable failure"

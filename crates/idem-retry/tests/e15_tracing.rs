@@ -1,14 +1,12 @@
 //! E15: every retried call is a `tracing` span with its kind, attempts and outcome; each retry
 //! and each give-up is a `DEBUG` event, a spent budget included (never a warning); the key is
-//! never logged. A capturing subscriber (`capture/`) records them.
-
-mod capture;
+//! never logged. A capturing subscriber (idem-test-support's `capture`) records them.
 
 use std::time::Duration;
 
-use capture::capture;
 use idem_core::{Code, IdempotencyKey, Status};
 use idem_retry::{Call, GiveUp, Retrier, RetryBudget, RetryPolicy, VirtualScheduler};
+use idem_test_support::capture::capture;
 use tracing::Level;
 
 fn retrier(attempts: u32) -> Retrier<VirtualScheduler> {

@@ -3,10 +3,7 @@
 use std::time::Duration;
 
 use idem_retry::{FixedRandom, RetryPolicy, DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use idem_test_support::time::ms;
 
 #[test]
 fn r1_defaults_are_the_spec_values() {

@@ -6,11 +6,8 @@ use std::time::Duration;
 
 use idem_core::{Code, Deadline, Status};
 use idem_retry::{Call, FixedRandom, GiveUp, Retrier, RetryPolicy};
+use idem_test_support::time::ms;
 use tokio::time::Instant;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 /// Runs a call that always fails with `error` after `attempt_time`, under a 100 ms deadline.
 /// Returns (start offset, remaining deadline) of each attempt, the call's end offset and the

@@ -2,14 +2,10 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use idem_core::{Code, IdempotencyKey};
 use idem_retry::{Call, FixedRandom, Retrier, RetryPolicy, VirtualScheduler};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use idem_test_support::time::ms;
 
 fn policy(max_attempts: u32, u: f64) -> RetryPolicy {
     RetryPolicy::builder()

@@ -6,10 +6,7 @@ use std::time::Duration;
 
 use idem_core::Code;
 use idem_retry::{Call, GiveUp, Retrier, RetryBudget, RetryPolicy};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use idem_test_support::time::ms;
 
 /// Starts one always-failing call every `every`, for `total` calls, then waits for them all.
 async fn drive(retrier: &Retrier, every: Duration, total: u32) {

@@ -2,17 +2,13 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use idem_core::Deadline;
 use idem_core::{Code, IdempotencyKey, Reason, Status};
 use idem_retry::{
     Call, FixedRandom, GiveUp, Retrier, RetryBudget, RetryError, RetryPolicy, VirtualScheduler,
 };
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use idem_test_support::time::ms;
 
 fn retrier(max_attempts: u32) -> (Retrier<VirtualScheduler>, VirtualScheduler) {
     let clock = VirtualScheduler::instant();

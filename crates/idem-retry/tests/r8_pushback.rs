@@ -10,10 +10,7 @@ use idem_retry::{
     classify, Call, Classify, Decision, FixedRandom, GiveUp, NotRetryable, Retrier, RetryPolicy,
     VirtualScheduler,
 };
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use idem_test_support::time::ms;
 
 fn setup(max_attempts: u32) -> (Retrier<VirtualScheduler>, VirtualScheduler) {
     let clock = VirtualScheduler::instant();

@@ -15,8 +15,6 @@
 //! * [`args`]: the example servers' command line (`--serve`, `--addr`, `--redis`).
 //! * [`auth`]: a toy authentication layer that puts a [`Tenant`](idem_tower::Tenant) in the
 //!   request's extensions (T1a).
-#![forbid(unsafe_code)]
-#![warn(missing_debug_implementations, rust_2018_idioms)]
 
 pub mod args;
 pub mod auth;

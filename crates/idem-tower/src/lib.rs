@@ -130,14 +130,7 @@
 //! | `set_tenant.rs` | [`SetTenantLayer`]: the tenant from headers or metadata, outside [`IdemLayer`] |
 //! | `server/keyed.rs`, `server/refused.rs` | keyed requests off the write rule; the layer's counters |
 //! | `protocol.rs`, `reject.rs`, [`headers`] | gRPC vs HTTP, error rendering, header names |
-#![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![warn(
-    missing_docs,
-    missing_debug_implementations,
-    unreachable_pub,
-    rust_2018_idioms
-)]
 
 mod body;
 mod client;

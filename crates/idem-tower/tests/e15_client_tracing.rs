@@ -2,9 +2,6 @@
 //! when it ends its attempts, outcome and code) holding the retrier's span; the key it sends is
 //! never logged; its metrics are described. On tokio's paused clock, against a scripted server.
 
-#[path = "../../idem-dedup/tests/capture/mod.rs"]
-mod capture;
-
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -12,6 +9,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
 use idem_retry::GiveUp;
+use idem_test_support::capture;
 use idem_tower::{BoxError, CallFailed, ReplayBody, RetryLayer};
 use tower::{Layer, ServiceExt};
 use tracing::Level;

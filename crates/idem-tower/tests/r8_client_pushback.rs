@@ -11,14 +11,11 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, Response};
 use http_body_util::Full;
 use idem_retry::{FixedRandom, GiveUp, RetryBudget, RetryPolicy};
+use idem_test_support::time::ms;
 use idem_tower::{BoxError, CallFailed, ReplayBody, RetryLayer};
 use tokio::time::Instant;
 use tonic_types::{ErrorDetails, StatusExt};
 use tower::{Layer, ServiceExt};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 /// One scripted answer: a trailers-only gRPC failure with these headers, or success.
 #[derive(Clone)]

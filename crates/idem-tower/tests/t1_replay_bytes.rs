@@ -19,7 +19,7 @@ use prost_like::encode;
 mod prost_like {
     /// Protobuf encoding of `CreateOrderRequest` by hand (fields 1, 2: strings; 3: varint), so the
     /// test does not need prost as a dependency of its own.
-    pub fn encode(m: &super::CreateOrderRequest) -> Vec<u8> {
+    pub(crate) fn encode(m: &super::CreateOrderRequest) -> Vec<u8> {
         let mut out = Vec::new();
         for (tag, s) in [(1u8, &m.intent_id), (2, &m.sku)] {
             out.push(tag << 3 | 2);

@@ -23,14 +23,14 @@ mod parking_lot_free {
     use std::sync::Mutex;
     /// Headers of every attempt the scripted server saw.
     #[derive(Default)]
-    pub struct Log(Mutex<Vec<HeaderMap>>);
+    pub(crate) struct Log(Mutex<Vec<HeaderMap>>);
     impl Log {
-        pub fn push(&self, h: HeaderMap) -> usize {
+        pub(crate) fn push(&self, h: HeaderMap) -> usize {
             let mut v = self.0.lock().unwrap();
             v.push(h);
             v.len()
         }
-        pub fn all(&self) -> Vec<HeaderMap> {
+        pub(crate) fn all(&self) -> Vec<HeaderMap> {
             self.0.lock().unwrap().clone()
         }
     }

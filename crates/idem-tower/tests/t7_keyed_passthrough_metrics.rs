@@ -3,9 +3,6 @@
 //! logged at `DEBUG` without the key. Real tonic and hyper clients over TCP. This file is a test
 //! binary of its own (its own process), so it installs a global recorder; it has one test.
 
-#[path = "../../idem-dedup/tests/capture/mod.rs"]
-mod capture;
-
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
@@ -18,6 +15,7 @@ use idem_shop::faults::StatusFaults;
 use idem_shop::pb::shop_client::ShopClient;
 use idem_shop::pb::{CreateOrderRequest, GetBookRequest};
 use idem_shop::{grpc, http as shop_http, Shop, CREATE_ORDER};
+use idem_test_support::capture;
 use idem_tower::{IdemLayer, Reads, KEYED_PASSTHROUGH_TOTAL};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::MetricKind;

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering::Acquire;
 use std::sync::Arc;
 use std::task::Poll;
 
-use idem_core::{Deadline, Fingerprint, Scope, Status};
+use idem_core::{whole_millis, Deadline, Fingerprint, Scope, Status};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -21,7 +21,6 @@ use crate::inbox::{Inbox, Report};
 use crate::join::JoinCell;
 use crate::message::{Msg, Reply, RunEnd};
 use crate::run::{applied, panic_message, Run};
-use crate::shared::millis;
 use crate::stats::bump;
 use crate::trace::{self, ScopeFields};
 use crate::wheel::Nanos;
@@ -482,7 +481,7 @@ fn warn_completed_after_lease(cfg: &Config, scope: &Scope) {
             "idem_dedup.completed_after_lease",
             &*cfg.name,
             &fields,
-            lease_ms = millis(cfg.in_flight_timeout),
+            lease_ms = whole_millis(cfg.in_flight_timeout),
             "the action finished after its run was ended at the in-flight lease: its result \
              was not stored, and a retry with the same key runs it again"
         );

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crossbeam_utils::sync::{ShardedLock, ShardedLockWriteGuard};
 use hashbrown::hash_table::HashTable;
-use idem_core::Scope;
+use idem_core::{whole_millis, Scope};
 use tokio::sync::mpsc;
 
 use crate::config::{Config, Weigher};
@@ -19,7 +19,7 @@ use crate::entry::{Entry, InFlight, Spares, State};
 use crate::inbox::{Inbox, Report};
 use crate::message::{Msg, Reply};
 use crate::quota::{Quota, TenantId};
-use crate::shared::{millis, Shared, SharedTable};
+use crate::shared::{Shared, SharedTable};
 use crate::tally::{Publisher, Tally};
 use crate::trace::{self, warn_scope, ScopeFields};
 use crate::wheel::{Clock, Nanos, Wheel};
@@ -379,7 +379,7 @@ fn warn_run_end(cfg: &Config, scope: &Scope, why: BadEnd<'_>) {
             "idem_dedup.lease_expired",
             &*cfg.name,
             &fields,
-            lease_ms = millis(cfg.in_flight_timeout),
+            lease_ms = whole_millis(cfg.in_flight_timeout),
             "a run passed its in-flight lease and was ended: its callers get UNAVAILABLE and \
              nothing is stored"
         ),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use idem_core::{Code, Fingerprint, Reason, Scope, Status};
+use idem_core::{whole_millis, Code, Fingerprint, Reason, Scope, Status};
 use tokio::time::Instant;
 
 use super::builder::OnUnavailable;
@@ -15,7 +15,6 @@ use super::stats::{Event, Op};
 use super::{Inner, Stored, Via};
 use crate::codec::Codec;
 use crate::remote::{Claim, ClaimOutcome, Commit, FencingToken, OwnerId, RemoteTier};
-use crate::shared::millis;
 use crate::trace::{self, warn_scope, ScopeFields};
 
 /// The local leader's run: claim, then run / replay / wait / refuse.
@@ -225,7 +224,7 @@ where
                     &*cfg.name,
                     &f,
                     token = token.get(),
-                    lease_ms = millis(cfg.lease),
+                    lease_ms = whole_millis(cfg.lease),
                     "fenced out: the action outlived its lease and another run claimed the \
                      scope; this run's result was not stored"
                 );

@@ -38,7 +38,7 @@ struct State {
 
 /// The shared record of every engine built over a clone.
 #[derive(Clone, Default)]
-pub struct MemTier(Arc<State>);
+pub(crate) struct MemTier(Arc<State>);
 
 impl std::fmt::Debug for MemTier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -52,19 +52,19 @@ fn down() -> Status {
 
 impl MemTier {
     /// Claims fail with `UNAVAILABLE` while set.
-    pub fn fail_claims(&self, on: bool) {
+    pub(crate) fn fail_claims(&self, on: bool) {
         self.0.fail_claims.store(on, SeqCst);
     }
     /// Completions fail with `UNAVAILABLE` while set.
-    pub fn fail_completes(&self, on: bool) {
+    pub(crate) fn fail_completes(&self, on: bool) {
         self.0.fail_completes.store(on, SeqCst);
     }
     /// Completions answer `FencedOut` while set.
-    pub fn fence_completes(&self, on: bool) {
+    pub(crate) fn fence_completes(&self, on: bool) {
         self.0.fence_completes.store(on, SeqCst);
     }
     /// Every call takes this long (tokio's clock).
-    pub fn round_trip(&self, d: Duration) {
+    pub(crate) fn round_trip(&self, d: Duration) {
         *self.0.round_trip.lock().unwrap() = d;
     }
 

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use idem_core::Status;
 use idem_postgres::{ClaimOutcome, OwnerId, PgEngine, PgTier, RemoteTier, TieredEngine};
+use idem_test_support::time::eventually;
 
-use crate::support::{eventually, pool, TestDb};
+use crate::support::{pool, TestDb};
 use crate::{fp, place_order, scope};
 
 const ROUNDS: usize = 3;

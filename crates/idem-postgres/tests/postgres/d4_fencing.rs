@@ -3,13 +3,15 @@
 //! mode: the server ends the stalled holder's idle transaction, the waiter runs, and the stalled
 //! holder's commit fails: one order.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{Code, Fingerprint, Reason, Status};
+use idem_core::{Code, Fingerprint, Status};
 use idem_dedup::OutcomeKind;
-use idem_postgres::{sqlx_status, PgEngine, Source, TieredEngine};
+use idem_postgres::{sqlx_status, PgEngine};
+use idem_test_support::fencing::{assert_fenced_out, take_over, StalledHolder};
+use idem_test_support::time::eventually;
 
 use crate::scope;
 use crate::support::{pool, TestDb};
@@ -27,69 +29,23 @@ async fn d4_remote_tier_holder_stalled_past_its_lease_is_fenced_out() {
     let fp = Fingerprint::of(b"qty=1");
 
     // A claims, then stalls for 1.5 s: past its lease.
-    let token_a = Arc::new(AtomicU64::new(0));
-    let (a2, s2, ta) = (a.clone(), s.clone(), token_a.clone());
-    let stalled = tokio::spawn(async move {
-        a2.execute(&s2, fp, move |token| async move {
-            ta.store(token.get(), Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(1_500)).await;
-            Ok::<_, Status>("from A".to_string())
-        })
-        .await
-    });
-    crate::support::eventually(Duration::from_secs(10), "A claimed", || {
-        let t = token_a.clone();
-        async move { t.load(Ordering::SeqCst) != 0 }
+    let stalled = StalledHolder::spawn(&a, &s, fp, Duration::from_millis(1_500));
+    eventually(Duration::from_secs(10), "A claimed", || {
+        let t = stalled.token();
+        async move { t != 0 }
     })
     .await;
 
     // B and C wait; when the lease lapses one of them claims and runs, the other joins it.
-    let runs = Arc::new(AtomicU32::new(0));
-    let token_new = Arc::new(AtomicU64::new(0));
-    let waiter = |e: TieredEngine<String>| {
-        let (s, runs, tn) = (s.clone(), runs.clone(), token_new.clone());
-        tokio::spawn(async move {
-            e.execute(&s, fp, move |token| async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                tn.store(token.get(), Ordering::SeqCst);
-                Ok::<_, Status>("from the new holder".to_string())
-            })
-            .await
-        })
-    };
-    let (wb, wc) = (waiter(b.clone()), waiter(c.clone()));
-    let (ob, oc) = (wb.await.unwrap().unwrap(), wc.await.unwrap().unwrap());
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "exactly one waiter ran");
+    let new = take_over(&b, &c, &s, fp).await;
+    let [ob, oc] = &new.outcomes;
+    assert_eq!(new.runs, 1, "exactly one waiter ran");
     assert_eq!(ob.value(), "from the new holder");
     assert_eq!(oc.value(), "from the new holder");
 
-    // A wakes and completes late: fenced out, nothing overwritten, its caller learns it.
-    let late = stalled.await.unwrap().unwrap_err();
-    assert_eq!(late.code(), Code::Aborted, "{late}");
-    assert_eq!(late.reason(), Some(Reason::FENCED_OUT));
-    assert_eq!(a.stats().fenced_out, 1);
-    let (ta, tn) = (
-        token_a.load(Ordering::SeqCst),
-        token_new.load(Ordering::SeqCst),
-    );
-    assert!(
-        ta < tn,
-        "stale token {ta} must be lower than the new holder's {tn}"
-    );
-
-    // Everyone, A included, now gets the new holder's result.
-    for e in [&a, &b, &c] {
-        let r = e
-            .execute(&s, fp, |_| async { Ok::<_, Status>("must not run".into()) })
-            .await
-            .unwrap();
-        assert_eq!(r.value(), "from the new holder");
-    }
-    let again = a
-        .execute(&s, fp, |_| async { Ok::<_, Status>("x".into()) })
-        .await
-        .unwrap();
-    assert_eq!(again.source(), Source::OtherInstance);
+    // A wakes and completes late: fenced out, nothing overwritten, its caller learns it; then
+    // everyone, A included, gets the new holder's result.
+    assert_fenced_out(stalled, &new, [&a, &b, &c], &s, fp).await;
     db.drop_schema().await;
 }
 
@@ -132,7 +88,7 @@ async fn d4_transactional_holder_stalled_past_its_lease_is_ended_by_the_server()
         })
         .await
     });
-    crate::support::eventually(Duration::from_secs(10), "A inserted its order", || {
+    eventually(Duration::from_secs(10), "A inserted its order", || {
         let f = inserted.clone();
         async move { f.load(Ordering::SeqCst) == 1 }
     })

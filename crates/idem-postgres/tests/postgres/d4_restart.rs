@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use idem_core::{Code, Reason, Status};
 use idem_postgres::{PgEngine, PgTier, TieredEngine};
+use idem_test_support::postgres::PgCluster;
+use idem_test_support::time::eventually;
 
-use crate::support::{eventually, lazy_pool, PgCluster, TestDb};
+use crate::support::{lazy_pool, TestDb};
 use crate::{fp, place_order, scope};
 
 const INTENTS: usize = 400;

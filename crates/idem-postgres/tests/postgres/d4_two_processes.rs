@@ -2,7 +2,9 @@
 //! sent by all four engines at once: orders rows == intents, exactly.
 
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use idem_test_support::time::now_ms;
 
 use crate::support::TestDb;
 use crate::{from_marker, place_with_retries, worker, worker_role};
@@ -11,13 +13,6 @@ const INTENTS: usize = 2_000;
 /// Client tasks per engine.
 const CLIENTS: usize = 4;
 const TEST: &str = "d4_two_processes::d4_two_processes_two_engines_each_orders_equal_intents";
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d4_two_processes_two_engines_each_orders_equal_intents() {

@@ -1,7 +1,7 @@
 //! The PostgreSQL tier and the transactional mode against real servers (D1–D5, T5, Z3, Z4).
 //!
 //! Most tests use the machine's running server with a schema of their own; those that stop or
-//! restart the server start a cluster of their own (`support.rs`). Tests that need a second
+//! restart the server start a cluster of their own (idem-test-support's `postgres` module). Tests that need a second
 //! OS process re-run this test binary as a worker (`IDEM_PG_WORKER`).
 
 mod support;
@@ -21,25 +21,11 @@ mod t5_layer;
 
 use std::time::Duration;
 
-use idem_core::{Code, Fingerprint, Scope, Status};
+use idem_core::{Code, Status};
 use idem_dedup::DedupError;
 use idem_postgres::{sqlx_status, PgEngine, PgTransaction};
+pub use idem_test_support::intents::{fp, scope};
 use tokio::io::{AsyncBufReadExt, BufReader};
-
-/// A scope for intent `i` of a run.
-pub fn scope(run: &str, i: usize) -> Scope {
-    Scope::parse(
-        "tenant-1",
-        "/shop.v1.Shop/CreateOrder",
-        &format!("{run}-{i:06}"),
-    )
-    .unwrap()
-}
-
-/// The fingerprint every copy of intent `i` carries.
-pub fn fp(i: usize) -> Fingerprint {
-    Fingerprint::of(format!("order {i}").as_bytes())
-}
 
 /// The transactional action of intent `i`: one order row inserted in the run's transaction;
 /// the value names who ran it and the token.

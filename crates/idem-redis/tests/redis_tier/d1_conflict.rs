@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use idem_core::{Code, Fingerprint, Reason, Status};
 use idem_dedup::OutcomeKind;
+use idem_test_support::redis::RedisServer;
 
-use crate::support::RedisServer;
 use crate::{engine, scope, tier};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,8 @@ use idem_dedup::OutcomeKind;
 use idem_redis::{RedisTier, Source};
 use std::time::Duration;
 
-use crate::support::RedisServer;
+use idem_test_support::redis::RedisServer;
+
 use crate::{engine, exactly_once_workload, fp, scope, tier};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,21 +1,15 @@
 //! D1: two OS processes (this test binary, re-executed) on one Redis: side effects == intents.
 
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use idem_core::Status;
+use idem_test_support::redis::RedisServer;
+use idem_test_support::time::now_ms;
 
-use crate::support::RedisServer;
 use crate::{engine, fp, scope, tier};
 
 const INTENTS: usize = 1_000;
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d1_two_processes_one_side_effect_per_intent() {

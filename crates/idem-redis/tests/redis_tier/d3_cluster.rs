@@ -4,7 +4,8 @@ use idem_core::Status;
 use idem_redis::{RedisTier, TieredEngine};
 use std::time::Duration;
 
-use crate::support::RedisCluster;
+use idem_test_support::redis::RedisCluster;
+
 use crate::{exactly_once_workload, fp, scope};
 
 async fn cluster_engine(urls: &[String]) -> TieredEngine<String> {

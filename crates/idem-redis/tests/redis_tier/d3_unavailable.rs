@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use idem_core::{Code, Reason, Status};
 use idem_redis::{OnUnavailable, Source, TieredEngine};
+use idem_test_support::redis::RedisServer;
 
-use crate::support::RedisServer;
 use crate::{engine, fp, scope, tier};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use idem_core::{Code, Fingerprint};
 use idem_redis::{ConnectError, Persistence, RedisTier};
 
-use crate::support::{raw, Options, RedisCluster, RedisServer};
+use idem_test_support::redis::{raw, Options, RedisCluster, RedisServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d5_volatile_redis_is_refused_unless_allowed() {

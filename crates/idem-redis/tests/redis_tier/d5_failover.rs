@@ -13,10 +13,10 @@ use std::time::Duration;
 
 use idem_core::Status;
 use idem_redis::{RedisTier, TieredEngine};
+use idem_test_support::redis::{Options, RedisCluster};
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use crate::support::{Options, RedisCluster};
 use crate::{fp, scope};
 
 const NODE_TIMEOUT_MS: u32 = 1_000;

@@ -10,9 +10,9 @@ use std::time::Duration;
 use idem_core::{Code, Status};
 use idem_dedup::OutcomeKind;
 use idem_redis::{RedisTier, RemoteTier, Source, TieredEngine};
+use idem_test_support::redis::{Options, RedisServer};
 use parking_lot::Mutex;
 
-use crate::support::{Options, RedisServer};
 use crate::{fp, scope, tier};
 
 fn engine_with_lease(t: RedisTier, lease: Duration) -> TieredEngine<String> {

@@ -8,8 +8,8 @@ use std::time::Duration;
 use idem_core::{Code, Status};
 use idem_dedup::OutcomeKind;
 use idem_redis::{RedisTier, Source, TieredEngine};
+use idem_test_support::redis::{raw, RedisServer};
 
-use crate::support::{raw, RedisServer};
 use crate::{engine, fp, scope, tier};
 
 fn waiting_engine(tier: RedisTier) -> TieredEngine<String> {

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use idem_redis::metrics::{RECONNECTS_TOTAL, UNREPLICATED_TOTAL, VOLATILE};
 use metrics::Unit;
 
-use crate::support::RedisServer;
+use idem_test_support::redis::RedisServer;
 
 /// Every description handed to the recorder (what the Prometheus exporter prints as `# HELP`),
 /// whether or not the metric has a value yet.

@@ -1,9 +1,7 @@
 //! The Redis tier against real Redis servers started by the tests (D1–D3).
 //!
 //! Every test starts its own `redis-server` (or a cluster) on free loopback ports and kills it at
-//! the end; see `support.rs`.
-
-mod support;
+//! the end; see idem-test-support's `redis` module.
 
 mod d1_conflict;
 mod d1_two_engines;
@@ -21,8 +19,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{Fingerprint, Scope, Status};
+use idem_core::Status;
 use idem_redis::{RedisTier, TieredEngine};
+pub use idem_test_support::intents::{fp, scope};
 
 /// Tests that load the machine (thousands of calls, a cluster, restarts) or check timings take
 /// this in turn, so no two of them share the two cores of a CI machine and no time limit is
@@ -49,21 +48,6 @@ pub fn engine(tier: RedisTier) -> TieredEngine<String> {
         .local_shards(2)
         .build()
         .expect("engine")
-}
-
-/// A scope for intent `i` of a run.
-pub fn scope(run: &str, i: usize) -> Scope {
-    Scope::parse(
-        "tenant-1",
-        "/shop.v1.Shop/CreateOrder",
-        &format!("{run}-{i:06}"),
-    )
-    .unwrap()
-}
-
-/// The fingerprint every copy of intent `i` carries.
-pub fn fp(i: usize) -> Fingerprint {
-    Fingerprint::of(format!("order {i}").as_bytes())
 }
 
 /// Sends `copies` concurrent copies of each of `intents` intents, spread over `engines`, and

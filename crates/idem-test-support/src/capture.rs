@@ -1,7 +1,6 @@
-//! A `tracing` subscriber that keeps every span and event it sees, for tests of what the engine
-//! traces (E15). Installed per thread (`capture()`), so it sees what a current-thread
-//! runtime runs: the callers, the leaders' actions and the shard actors.
-#![allow(dead_code)]
+//! A `tracing` subscriber that keeps every span and event it sees, for tests of what the engine,
+//! the retrier and the layers trace. Installed per thread ([`capture`]), so it sees what a
+//! current-thread runtime runs: the callers, the leaders' actions and the shard actors.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -15,37 +14,50 @@ use tracing::{Event, Level, Metadata, Subscriber};
 /// A span as the subscriber saw it: its name, target, parent and every field recorded on it.
 #[derive(Debug, Clone)]
 pub struct SpanRec {
+    /// The id the subscriber gave it (1, 2, ... in the order the spans were made).
     pub id: u64,
+    /// The span's name.
     pub name: &'static str,
+    /// The span's target (the module path unless the span names one).
     pub target: String,
+    /// The span's level.
     pub level: Level,
+    /// The id of the span it was made in, if any.
     pub parent: Option<u64>,
+    /// Every field recorded on it, as text: at creation and by `record` later.
     pub fields: BTreeMap<String, String>,
 }
 
 /// An event: its name, level, target, fields (`message` included) and the span it was in.
 #[derive(Debug, Clone)]
 pub struct EventRec {
+    /// The event's name (`event file:line` unless it names one).
     pub name: &'static str,
+    /// The event's level.
     pub level: Level,
+    /// The event's target.
     pub target: String,
+    /// The id of the span it happened in, if any.
     pub parent: Option<u64>,
+    /// Every field, as text (`message` included).
     pub fields: BTreeMap<String, String>,
 }
 
 impl EventRec {
+    /// The field `name`, as text.
     pub fn field(&self, name: &str) -> Option<&str> {
         self.fields.get(name).map(String::as_str)
     }
 }
 
 impl SpanRec {
+    /// The field `name`, as text.
     pub fn field(&self, name: &str) -> Option<&str> {
         self.fields.get(name).map(String::as_str)
     }
 }
 
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct State {
     next: u64,
     spans: Vec<SpanRec>,
@@ -54,7 +66,7 @@ struct State {
 }
 
 /// What a capture has seen so far; clones share it.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct Captured {
     state: Arc<Mutex<State>>,
     /// Spans at levels above this one are not enabled (events always are).
@@ -62,10 +74,12 @@ pub struct Captured {
 }
 
 impl Captured {
+    /// Every span so far, in the order they were made.
     pub fn spans(&self) -> Vec<SpanRec> {
         self.state.lock().unwrap().spans.clone()
     }
 
+    /// The spans named `name`.
     pub fn spans_named(&self, name: &str) -> Vec<SpanRec> {
         self.spans()
             .into_iter()
@@ -73,14 +87,21 @@ impl Captured {
             .collect()
     }
 
+    /// The span with id `id`.
+    ///
+    /// # Panics
+    ///
+    /// When there is none (a test that asks for it expects it).
     pub fn span(&self, id: u64) -> SpanRec {
         self.spans().into_iter().find(|s| s.id == id).unwrap()
     }
 
+    /// Every event so far, in order.
     pub fn events(&self) -> Vec<EventRec> {
         self.state.lock().unwrap().events.clone()
     }
 
+    /// The events named `name`.
     pub fn events_named(&self, name: &str) -> Vec<EventRec> {
         self.events()
             .into_iter()
@@ -117,6 +138,7 @@ pub fn capture_spans_up_to(level: Level) -> (Captured, DefaultGuard) {
     (captured, guard)
 }
 
+#[derive(Debug)]
 struct Capture(Captured);
 
 struct Fields<'a>(&'a mut BTreeMap<String, String>);

@@ -1,5 +1,5 @@
-//! Real Redis servers for the tests: one `redis-server` on a free loopback port, or a 3-master
-//! Redis Cluster (with replicas if asked), started by the tests and killed on drop (as
+//! Real Redis servers for the tests and benches: one `redis-server` on a free loopback port, or a
+//! 3-master Redis Cluster (with replicas if asked), started by the tests and killed on drop (as
 //! redis-rs's own suite does).
 //!
 //! If `redis-server` or `redis-cli` is missing the helpers panic with the reason: a test that
@@ -12,14 +12,13 @@ use std::time::Duration;
 use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-fn free_port(with_bus: bool) -> u16 {
+use crate::free_port;
+
+/// A free loopback port whose cluster-bus port (port + 10000, where cluster nodes also listen) is
+/// free too.
+fn free_cluster_port() -> u16 {
     loop {
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-        let port = l.local_addr().unwrap().port();
-        if !with_bus {
-            return port;
-        }
-        // Cluster nodes also listen on port + 10000 (the cluster bus).
+        let port = free_port();
         if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
             return port;
         }
@@ -134,6 +133,7 @@ async fn wait_for_ping(port: u16, child: &mut Child) {
 }
 
 /// One `redis-server` on a free loopback port, in a temp dir (no persistence unless asked).
+#[derive(Debug)]
 pub struct RedisServer {
     port: u16,
     dir: TempDir,
@@ -150,7 +150,7 @@ impl RedisServer {
     /// Starts a server with `opts` and waits until it answers PING.
     pub async fn start_with(opts: Options) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        let port = free_port(false);
+        let port = free_port();
         let mut s = RedisServer {
             port,
             dir,
@@ -227,6 +227,7 @@ impl Drop for RedisServer {
 }
 
 /// A Redis Cluster on free loopback ports: 3 masters, optionally with replicas.
+#[derive(Debug)]
 pub struct RedisCluster {
     ports: Vec<u16>,
     _dirs: Vec<TempDir>,
@@ -247,9 +248,9 @@ impl RedisCluster {
         let mut dirs = Vec::new();
         let mut children = Vec::new();
         for _ in 0..3 * (1 + replicas) {
-            let mut port = free_port(true);
+            let mut port = free_cluster_port();
             while ports.contains(&port) {
-                port = free_port(true);
+                port = free_cluster_port();
             }
             let dir = tempfile::tempdir().expect("temp dir");
             let mut child = spawn_server(port, &dir, Some(node_timeout_ms), &opts);

@@ -16,6 +16,7 @@
 //! | [`Reason`] | machine-readable reasons (`RATE_LIMITED`, `STOCK_CONFLICT`, ...) | R2 |
 //! | [`Status`] | code + reason + message + retry-after: the error actions return | E12 |
 //! | [`Deadline`] | the whole call's time budget on tokio's clock | R3 |
+//! | [`run::Run`] | the deduplicated run in progress, and the keys it sends downstream | K7 |
 //!
 //! How it fits: `idem-dedup` (the engine) files results under a [`Scope`] and compares
 //! [`Fingerprint`]s; `idem-retry` classifies [`Status`] codes and checks the [`Deadline`];
@@ -59,6 +60,7 @@ mod deadline;
 mod fingerprint;
 mod key;
 mod reason;
+pub mod run;
 mod scope;
 mod status;
 

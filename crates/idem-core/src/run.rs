@@ -76,6 +76,7 @@ use crate::{IdempotencyKey, Scope};
 
 tokio::task_local! {
     static CURRENT: Run;
+    static STEP: StepName;
 }
 
 /// The version tag that starts every name [`downstream_key`] hashes. A new derivation gets a new
@@ -343,15 +344,45 @@ fn len_prefix(len: usize) -> [u8; 4] {
 }
 
 /// The key for the next keyed call to `target`: inside a run, derived from it
-/// ([`Run::key_for`] when `step` names the call, else [`Run::next_key`]); outside one, a fresh
-/// random key ([`IdempotencyKey::generate`]). What idem's client layers use for a write the
-/// caller sent without a key.
+/// ([`Run::key_for`] when `step` names the call, or when the call is made inside [`in_step`];
+/// else [`Run::next_key`]); outside one, a fresh random key ([`IdempotencyKey::generate`]). What
+/// idem's client layers use for a write the caller sent without a key.
 pub fn outbound_key(target: &str, step: Option<&str>) -> IdempotencyKey {
-    match (Run::current(), step) {
-        (Some(run), Some(step)) => run.key_for(target, step),
-        (Some(run), None) => run.next_key(target),
-        (None, _) => IdempotencyKey::generate(),
+    let Some(run) = Run::current() else {
+        return IdempotencyKey::generate();
+    };
+    match step {
+        Some(step) => run.key_for(target, step),
+        None => match STEP.try_with(|s| run.key_for(target, s.as_str())) {
+            Ok(key) => key,
+            Err(_) => run.next_key(target),
+        },
     }
+}
+
+/// `fut`, run as the step `name` of the current run: the writes it sends through idem's clients
+/// without a key get [`Run::key_for`] of their target and `name` rather than an ordinal, so they
+/// keep their keys when the order of a run's calls changes (a multi-step operation that resumes
+/// after its committed steps). Within one step, make one write per target: two would share a key.
+///
+/// ```
+/// use idem_core::run::{self, Run, RunStart};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let scope = idem_core::Scope::parse("tenant-0042", "/checkout", "a6b1c0de-7f00-4d1e")?;
+/// let run = Run::new(&scope, None, RunStart::Fresh);
+/// let key = run
+///     .clone()
+///     .attach(run::in_step("charge", async { run::outbound_key("POST /v1/charges", None) }))
+///     .await;
+/// assert_eq!(key, run.key_for("POST /v1/charges", "charge"));
+/// # Ok(()) }
+/// ```
+pub fn in_step<F: Future>(
+    name: impl Into<Cow<'static, str>>,
+    fut: F,
+) -> impl Future<Output = F::Output> {
+    STEP.scope(StepName::new(name), fut)
 }
 
 /// Names the step of a downstream call, for idem's client layers: put it in the request's

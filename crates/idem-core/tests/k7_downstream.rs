@@ -237,3 +237,33 @@ async fn k7_a_lost_lease_wakes_whoever_waits_for_it() {
         "the key stays out of Debug"
     );
 }
+
+#[tokio::test]
+async fn k7_calls_inside_a_named_step_use_its_name_not_an_ordinal() {
+    let s = scope("tenant-1", "/checkout", "checkout-0002");
+    let run = Run::new(&s, None, RunStart::Fresh);
+    let (in_step, after) = run
+        .clone()
+        .attach(async {
+            let in_step = run::in_step("charge", async {
+                run::outbound_key("POST /v1/charges", None)
+            })
+            .await;
+            (in_step, run::outbound_key("POST /v1/charges", None))
+        })
+        .await;
+    assert_eq!(in_step, run.key_for("POST /v1/charges", "charge"));
+    // The step took no ordinal: the first call after it is number 0.
+    assert_eq!(
+        after,
+        downstream_key(run.digest(), "POST /v1/charges", Step::Ordinal(0))
+    );
+    // A name given with the call wins over the step's.
+    let explicit = run
+        .clone()
+        .attach(run::in_step("charge", async {
+            run::outbound_key("POST /v1/charges", Some("refund"))
+        }))
+        .await;
+    assert_eq!(explicit, run.key_for("POST /v1/charges", "refund"));
+}

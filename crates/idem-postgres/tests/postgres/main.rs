@@ -14,6 +14,7 @@ mod d4_queries;
 mod d4_restart;
 mod d4_transactional;
 mod d4_two_processes;
+mod k7_run;
 mod t5_layer;
 
 use std::time::Duration;

@@ -19,6 +19,7 @@
 //! | [`Deadline`] | the whole call's time budget on tokio's clock | R3 |
 //! | `From<Status> for tonic::Status` and back (feature `tonic`) | `?` in a tonic handler; the reason as `ErrorInfo`, the retry-after as `RetryInfo` | T6 |
 //! | [`whole_millis`] | a duration as a count of milliseconds, for event fields and store expiries | E15 |
+//! | [`run::Run`] | the deduplicated run in progress, and the keys it sends downstream | K7 |
 //!
 //! How it fits: `idem-dedup` (the engine) files results under a [`Scope`] and compares
 //! [`Fingerprint`]s; `idem-retry` classifies [`Status`] codes and checks the [`Deadline`];
@@ -60,6 +61,7 @@ mod hex;
 mod key;
 mod millis;
 mod reason;
+pub mod run;
 mod scope;
 mod status;
 

@@ -72,6 +72,10 @@ pub(crate) struct Config {
     pub(crate) name: Arc<str>,
     /// What spans and events show of a scope (E15).
     pub(crate) scope_logging: ScopeLogging,
+    /// Whether the action runs as the current [`Run`](idem_core::run::Run) (K7). Off for the
+    /// local engine of an engine that runs the action itself under a claim and sets the run
+    /// there, with its fencing token.
+    pub(crate) sets_run: bool,
 }
 
 /// The engine name when none is set.
@@ -177,6 +181,7 @@ impl<V> EngineBuilder<V> {
                 tenant_share: None,
                 name: Arc::from(DEFAULT_NAME),
                 scope_logging: ScopeLogging::Digest,
+                sets_run: true,
             },
             weigher: None,
             _v: PhantomData,
@@ -379,6 +384,13 @@ impl<V> EngineBuilder<V> {
     /// ```
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.cfg.name = Arc::from(name.into());
+        self
+    }
+
+    /// For an engine used as another engine's local cache, whose actions set the run
+    /// themselves (K7).
+    pub(crate) const fn without_run(mut self) -> Self {
+        self.cfg.sets_run = false;
         self
     }
 

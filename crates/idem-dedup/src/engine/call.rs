@@ -9,6 +9,8 @@ use std::sync::atomic::Ordering::Acquire;
 use std::sync::Arc;
 use std::task::Poll;
 
+use futures::future::Either;
+use idem_core::run::{Run as IntentRun, RunStart};
 use idem_core::{whole_millis, Deadline, Fingerprint, Scope, Status};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -212,6 +214,13 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
                         let answer = Err(DedupError::Panicked { message });
                         break 'lead Answer::Later(Box::pin(once_applied(tx, acked, answer)));
                     }
+                };
+                // K7: the action runs as the current run, so the clients it calls derive the
+                // keys they send downstream from this scope.
+                let fut = if inner.cfg.sets_run {
+                    Either::Left(IntentRun::new(scope, None, RunStart::Fresh).attach(fut))
+                } else {
+                    Either::Right(fut)
                 };
                 let (handle, lease) = (&inner.handle, inner.cfg.in_flight_timeout);
                 let mut run = Run::new(fut, lease, inbox, tx, hash, token, handle);

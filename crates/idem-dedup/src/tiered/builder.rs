@@ -246,6 +246,7 @@ where
             return Err(ConfigError::Invalid("poll_interval needs 0 < first <= max"));
         }
         let mut local = Engine::builder()
+            .without_run()
             .name(&*c.name)
             .scope_logging(c.scope_logging)
             .ttl(self.local_ttl.unwrap_or(c.ttl))

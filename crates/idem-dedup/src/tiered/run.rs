@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
+use idem_core::run::{Run as IntentRun, RunStart};
 use idem_core::{whole_millis, Code, Fingerprint, Reason, Scope, Status};
 use tokio::time::Instant;
 
@@ -81,7 +82,8 @@ where
                                  (fail-open); another instance may run it too"
                             );
                         }
-                        let value = action(FencingToken::UNFENCED).await?;
+                        let run = IntentRun::new(&scope, None, RunStart::Fresh);
+                        let value = run.attach(action(FencingToken::UNFENCED)).await?;
                         Ok(Stored {
                             value,
                             via: Via::FailOpen,
@@ -103,7 +105,14 @@ where
                     token,
                     owner,
                 };
-                return run_claimed(&inner, claim, action).await;
+                // A claim taken back from this engine's own orphan, or taken after another
+                // instance's claim lapsed, follows a run that may have begun its side effects.
+                let start = if reclaimed || waited {
+                    RunStart::TakeOver
+                } else {
+                    RunStart::Fresh
+                };
+                return run_claimed(&inner, claim, start, action).await;
             }
             ClaimOutcome::Completed(bytes) => {
                 let value = inner.codec.decode(&bytes)?;
@@ -162,6 +171,7 @@ where
 async fn run_claimed<V, R, C, F, Fut>(
     inner: &Arc<Inner<V, R, C>>,
     claim: Claim<'_>,
+    start: RunStart,
     action: F,
 ) -> Result<Stored<V>, Status>
 where
@@ -173,8 +183,10 @@ where
 {
     let token = claim.token;
     let claimed_at = Instant::now();
+    // K7: the action runs as the current run, with this claim's token.
+    let run = IntentRun::new(claim.scope, Some(token.get()), start);
     let result = match std::panic::catch_unwind(AssertUnwindSafe(|| action(token))) {
-        Ok(fut) => AssertUnwindSafe(fut).catch_unwind().await,
+        Ok(fut) => AssertUnwindSafe(run.attach(fut)).catch_unwind().await,
         Err(panic) => Err(panic),
     };
     let result = match result {

@@ -167,9 +167,12 @@ where
     Fut: Future<Output = Result<V, Status>> + Send + 'static,
 {
     let db = &inner.db;
+    // K7: the action runs as the current run, with this claim's token. (An earlier run that
+    // crashed rolled back and left no trace here, so none is seen as a takeover.)
+    let run = idem_core::run::Run::new(&scope, Some(token.get()), idem_core::run::RunStart::Fresh);
     let handle = PgTransaction::new(tx.into_inner(), token, scope);
     let result = match std::panic::catch_unwind(AssertUnwindSafe(|| action(handle.clone()))) {
-        Ok(fut) => AssertUnwindSafe(fut).catch_unwind().await,
+        Ok(fut) => AssertUnwindSafe(run.attach(fut)).catch_unwind().await,
         Err(panic) => Err(panic),
     };
     // The action is over: take the transaction back (after any guard it still holds).

@@ -21,7 +21,7 @@ pub(crate) struct AttemptError {
 
 pub(crate) enum Failed {
     /// The server answered with an error status.
-    Response(reqwest::Response),
+    Response(Box<reqwest::Response>),
     /// No answer: a transport error, or an error from a middleware after this one.
     Error(reqwest_middleware::Error),
     /// The attempt's time ran out.
@@ -66,7 +66,7 @@ pub(crate) fn response(response: reqwest::Response) -> Result<reqwest::Response,
     Err(AttemptError {
         kind: Failure::from_code(code),
         status,
-        outcome: Failed::Response(response),
+        outcome: Failed::Response(Box::new(response)),
     })
 }
 

@@ -319,7 +319,7 @@ where
         let source: BoxError = match outcome {
             Failed::Response(mut response) => {
                 response.extensions_mut().insert(report);
-                return Ok(response);
+                return Ok(*response);
             }
             Failed::Error(e) => Box::new(e),
             Failed::Timeout(after) => Box::new(AttemptTimedOut { after }),

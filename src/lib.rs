@@ -15,6 +15,7 @@
 //! | `tower` | `idem-tower` | `tower`, and `grpc` for tonic | tower layers for axum/tonic servers and clients |
 //! | `redis` | `idem-redis` | `redis` | cross-instance deduplication on Redis and Redis Cluster |
 //! | `postgres` | `idem-postgres` | `postgres` | the PostgreSQL tier and its transactional mode |
+//! | `reqwest` | `idem-reqwest` | `reqwest` | a reqwest-middleware retry middleware: one key per write, derived from the run being served |
 //!
 //! Two more features switch on parts of those crates: `serde` (`JsonCodec`, serde values across a
 //! shared tier as JSON) and `redis-tls` (`rediss://` URLs).
@@ -79,6 +80,11 @@ pub use idem_redis as redis;
 /// with the side effect (D4, D5); see [`idem_postgres`].
 #[cfg(feature = "postgres")]
 pub use idem_postgres as postgres;
+
+/// The retry middleware for reqwest clients: one key per logical write, derived from the intent
+/// being served inside a deduplicated run (K7, T3); see [`idem_reqwest`].
+#[cfg(feature = "reqwest")]
+pub use idem_reqwest as reqwest;
 
 /// The README's examples, compiled and run as doctests so they stay true (its Redis example needs
 /// the `redis` feature, so this runs under `--all-features`, as CI does).

@@ -1,4 +1,4 @@
-//! The 17 gRPC status codes and their HTTP mapping (E12).
+//! The 17 gRPC status codes and their HTTP mapping, both ways (E12).
 
 use std::fmt;
 
@@ -136,6 +136,61 @@ impl Code {
         }
     }
 
+    /// The code an HTTP status stands for: what a client reads from an HTTP answer, so that it
+    /// retries an HTTP failure by the same rules as a gRPC one.
+    ///
+    /// The inverse of [`http_status`](Self::http_status) where that is one to one, and a
+    /// conservative choice elsewhere:
+    ///
+    /// | HTTP status | code |
+    /// |---|---|
+    /// | 2xx | `OK` |
+    /// | 400, 413 | `INVALID_ARGUMENT` |
+    /// | 401 | `UNAUTHENTICATED` |
+    /// | 403 | `PERMISSION_DENIED` |
+    /// | 404 | `NOT_FOUND` |
+    /// | 408, 504 | `DEADLINE_EXCEEDED` |
+    /// | 409 | `ABORTED` (an in-flight duplicate, or a version conflict) |
+    /// | 412, 422 | `FAILED_PRECONDITION` (422: the key was reused with another payload) |
+    /// | 429 | `RESOURCE_EXHAUSTED` |
+    /// | 499 | `CANCELLED` |
+    /// | 501 | `UNIMPLEMENTED` |
+    /// | 502, 503 | `UNAVAILABLE` |
+    /// | any other 4xx | `INVALID_ARGUMENT`: a client error, never retried |
+    /// | anything else (other 5xx, 1xx, 3xx, past 599) | `INTERNAL`: retried only where the caller declared it transient |
+    ///
+    /// `500` is `INTERNAL`, not `UNKNOWN`: both are retried on the same terms.
+    ///
+    /// ```
+    /// use idem_core::Code;
+    /// assert_eq!(Code::from_http_status(201), Code::Ok);
+    /// assert_eq!(Code::from_http_status(409), Code::Aborted);
+    /// assert_eq!(Code::from_http_status(422), Code::FailedPrecondition);
+    /// assert_eq!(Code::from_http_status(429), Code::ResourceExhausted);
+    /// assert_eq!(Code::from_http_status(503), Code::Unavailable);
+    /// assert_eq!(Code::from_http_status(418), Code::InvalidArgument);
+    /// // Where `http_status` is one to one, this is its inverse.
+    /// assert_eq!(Code::from_http_status(Code::Unauthenticated.http_status()), Code::Unauthenticated);
+    /// ```
+    pub const fn from_http_status(status: u16) -> Code {
+        match status {
+            200..=299 => Code::Ok,
+            400 | 413 => Code::InvalidArgument,
+            401 => Code::Unauthenticated,
+            403 => Code::PermissionDenied,
+            404 => Code::NotFound,
+            408 | 504 => Code::DeadlineExceeded,
+            409 => Code::Aborted,
+            412 | 422 => Code::FailedPrecondition,
+            429 => Code::ResourceExhausted,
+            499 => Code::Cancelled,
+            501 => Code::Unimplemented,
+            502 | 503 => Code::Unavailable,
+            400..=499 => Code::InvalidArgument,
+            _ => Code::Internal,
+        }
+    }
+
     /// A bit for this code, for compact code sets (`1 << code`).
     pub const fn bit(self) -> u32 {
         1u32 << (self as u32)
@@ -195,5 +250,45 @@ impl fmt::Debug for CodeSet {
         f.debug_set()
             .entries(Code::ALL.iter().filter(|c| self.contains(**c)))
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Code;
+
+    /// Reading back the status a server answers with gives the code it answered for, wherever
+    /// the mapping is one to one (two codes share 400, 409 and 500).
+    #[test]
+    fn e12_from_http_status_inverts_http_status() {
+        for code in Code::ALL {
+            let back = Code::from_http_status(code.http_status());
+            match code {
+                Code::OutOfRange => assert_eq!(back, Code::InvalidArgument),
+                Code::AlreadyExists => assert_eq!(back, Code::Aborted),
+                Code::Unknown | Code::DataLoss => assert_eq!(back, Code::Internal),
+                _ => assert_eq!(back, code, "{code}"),
+            }
+        }
+    }
+
+    #[test]
+    fn e12_from_http_status_classes() {
+        for s in 200..=299 {
+            assert_eq!(Code::from_http_status(s), Code::Ok, "{s}");
+        }
+        for s in [402, 405, 406, 410, 414, 415, 418, 451] {
+            assert_eq!(Code::from_http_status(s), Code::InvalidArgument, "{s}");
+        }
+        for s in [0, 100, 101, 301, 304, 500, 505, 511, 599, 600, u16::MAX] {
+            assert_eq!(Code::from_http_status(s), Code::Internal, "{s}");
+        }
+        assert_eq!(Code::from_http_status(408), Code::DeadlineExceeded);
+        assert_eq!(Code::from_http_status(412), Code::FailedPrecondition);
+        assert_eq!(Code::from_http_status(413), Code::InvalidArgument);
+        assert_eq!(Code::from_http_status(499), Code::Cancelled);
+        assert_eq!(Code::from_http_status(501), Code::Unimplemented);
+        assert_eq!(Code::from_http_status(502), Code::Unavailable);
+        assert_eq!(Code::from_http_status(504), Code::DeadlineExceeded);
     }
 }

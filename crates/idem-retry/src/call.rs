@@ -89,6 +89,80 @@ impl Call {
         }
     }
 
+    /// A keyed call to `target` whose key follows the intent being served: inside a deduplicated
+    /// run, the key [derived from the run](idem_core::run::Run::next_key) for its next call to
+    /// `target`; outside one, a fresh random key. Use it for a write sent downstream by any client
+    /// (a database driver, an SDK) that takes an idempotency key but is not one of idem's.
+    ///
+    /// # Why
+    ///
+    /// A handler that calls another service runs again when its run dies before recording its
+    /// result: a retry, or another instance, takes the intent over. A key drawn at random would
+    /// make the downstream call a new intent, done twice. A key derived from the inbound intent is
+    /// the same on every run, so the downstream service replays what the first run caused.
+    ///
+    /// `target` names where the call goes, the same way on every run: the HTTP method and path
+    /// (`POST /v1/charges`), or the gRPC method (`/stock.v1.Stock/Deduct`). Each call of this
+    /// function is one logical call and takes the next place among the run's calls to `target`:
+    /// make it once and retry that [`Call`], never make a new one per attempt. Where the order of
+    /// calls can differ between runs (concurrent calls, a branch on data), name the step
+    /// instead: [`outbound_step`](Self::outbound_step).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use idem_core::run::{Run, RunStart};
+    /// use idem_core::Scope;
+    /// use idem_retry::{Call, CallKind};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let inbound = Scope::parse("tenant-0042", "/shop.v1.Shop/CreateOrder", "3f1c2b7e-9d4a-4c55")?;
+    /// // The handler, as a deduplicator runs it: each call takes the next key of the run.
+    /// let handler = || async {
+    ///     let first = Call::outbound("POST /v1/charges");
+    ///     let second = Call::outbound("POST /v1/charges");
+    ///     (first.key().cloned().unwrap(), second.key().cloned().unwrap())
+    /// };
+    /// let run = Run::new(&inbound, None, RunStart::Fresh).attach(handler()).await;
+    /// let rerun = Run::new(&inbound, Some(2), RunStart::TakeOver).attach(handler()).await;
+    /// assert_eq!(run, rerun); // the re-run sends the same keys, in the same order
+    /// assert_ne!(run.0, run.1); // two calls, two intents downstream
+    ///
+    /// // Outside a run: a fresh key per call.
+    /// let call = Call::outbound("POST /v1/charges");
+    /// assert_eq!(call.kind(), CallKind::Keyed);
+    /// assert_ne!(call.key(), Call::outbound("POST /v1/charges").key());
+    /// # Ok(()) }
+    /// ```
+    pub fn outbound(target: &str) -> Self {
+        Call::keyed(idem_core::run::outbound_key(target, None))
+    }
+
+    /// Like [`outbound`](Self::outbound), for the step of the run named `step`: inside a run the
+    /// key is [`Run::key_for`](idem_core::run::Run::key_for) of `target` and `step`, the same on
+    /// every run whatever else the run called before; outside one, a fresh random key.
+    ///
+    /// ```
+    /// use idem_core::run::{Run, RunStart};
+    /// use idem_core::Scope;
+    /// use idem_retry::Call;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let inbound = Scope::parse("tenant-0042", "/checkout", "a6b1c0de-7f00-4d1e")?;
+    /// let run = Run::new(&inbound, None, RunStart::Fresh);
+    /// let call = run
+    ///     .clone()
+    ///     .attach(async { Call::outbound_step("POST /v1/charges", "charge") })
+    ///     .await;
+    /// assert_eq!(call.key(), Some(&run.key_for("POST /v1/charges", "charge")));
+    /// # Ok(()) }
+    /// ```
+    pub fn outbound_step(target: &str, step: &str) -> Self {
+        Call::keyed(idem_core::run::outbound_key(target, Some(step)))
+    }
+
     /// A non-idempotent call with no key: at-most-once, never retried (S2).
     pub const fn non_idempotent() -> Self {
         Call {

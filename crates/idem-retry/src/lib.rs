@@ -189,6 +189,7 @@ mod deadline;
 mod error;
 pub mod metrics;
 mod policy;
+mod pushback;
 mod random;
 mod retrier;
 mod scheduler;
@@ -207,6 +208,7 @@ pub use policy::{
     InvalidPolicy, RetryPolicy, RetryPolicyBuilder, DEFAULT_BASE_DELAY, DEFAULT_JITTER,
     DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_DELAY, DEFAULT_MIN_ATTEMPT_TIME, DEFAULT_MULTIPLIER,
 };
+pub use pushback::parse_retry_after;
 pub use random::{FixedRandom, RandomSource, SplitMix64};
 pub use retrier::Retrier;
 pub use scheduler::{Release, Scheduler, TokioScheduler, VirtualScheduler, VirtualSleep};

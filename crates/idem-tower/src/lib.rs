@@ -148,7 +148,7 @@ pub mod wire;
 mod writes;
 
 pub use body::{ReplayBody, RequestBody, ResendableBody, ResponseBody, StreamedBody};
-pub use client::stats::{KEYS_GENERATED_TOTAL, LABEL_REASON, RETRIES_TOTAL};
+pub use client::stats::{KEYS_DERIVED_TOTAL, KEYS_GENERATED_TOTAL, LABEL_REASON, RETRIES_TOTAL};
 pub use client::{
     AttemptTimedOut, CallFailed, CallReport, ClientStats, Failure, MissingKey, RetryFuture,
     RetryLayer, RetryLayerBuilder, RetryService, DEFAULT_CALL_TIMEOUT,
@@ -156,7 +156,7 @@ pub use client::{
 pub use decision::Deduplicated;
 pub use fingerprint::request_fingerprint;
 pub use key_header::{key_from_headers, KeyHeaderError};
-pub use protocol::{code_from_http, format_grpc_timeout, parse_grpc_timeout, Protocol};
+pub use protocol::{format_grpc_timeout, parse_grpc_timeout, Protocol};
 pub use reject::{error_response, ERROR_DOMAIN};
 pub use server::{
     IdemFuture, IdemLayer, IdemLayerBuilder, IdemService, DEFAULT_MAX_BODY_BYTES,

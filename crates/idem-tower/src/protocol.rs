@@ -48,37 +48,6 @@ pub(crate) fn grpc_code(headers: &HeaderMap, trailers: Option<&HeaderMap>) -> Co
         .unwrap_or(Code::Unknown)
 }
 
-/// The code an HTTP status stands for, the inverse of [`Code::http_status`] where it is one to one.
-/// 2xx is `OK`; other 4xx are `INVALID_ARGUMENT` (permanent); other 5xx are `INTERNAL`.
-///
-/// ```
-/// use idem_core::Code;
-/// use idem_tower::code_from_http;
-/// assert_eq!(code_from_http(201), Code::Ok);
-/// assert_eq!(code_from_http(409), Code::Aborted);
-/// assert_eq!(code_from_http(422), Code::FailedPrecondition);
-/// assert_eq!(code_from_http(429), Code::ResourceExhausted);
-/// assert_eq!(code_from_http(503), Code::Unavailable);
-/// ```
-pub fn code_from_http(status: u16) -> Code {
-    match status {
-        200..=299 => Code::Ok,
-        400 | 413 => Code::InvalidArgument,
-        401 => Code::Unauthenticated,
-        403 => Code::PermissionDenied,
-        404 => Code::NotFound,
-        408 | 504 => Code::DeadlineExceeded,
-        409 => Code::Aborted,
-        412 | 422 => Code::FailedPrecondition,
-        429 => Code::ResourceExhausted,
-        499 => Code::Cancelled,
-        501 => Code::Unimplemented,
-        502 | 503 => Code::Unavailable,
-        400..=499 => Code::InvalidArgument,
-        _ => Code::Internal,
-    }
-}
-
 /// A response's outcome code alone: what deciding whether to store it needs, without the
 /// message and the rest that [`response_status`] reads (and formats).
 pub(crate) fn response_code(
@@ -91,7 +60,7 @@ pub(crate) fn response_code(
         Protocol::Grpc if http_status == 200 => grpc_code(headers, trailers),
         // A gRPC call answered with a non-200 HTTP status (a proxy, say): map it as gRPC does.
         Protocol::Grpc => grpc_code_from_http(http_status),
-        Protocol::Http => code_from_http(http_status),
+        Protocol::Http => Code::from_http_status(http_status),
     }
 }
 
@@ -125,7 +94,8 @@ pub(crate) fn response_status(
         Protocol::Grpc => get(&headers::GRPC_PUSHBACK_MS)
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_millis),
-        Protocol::Http => get(&headers::RETRY_AFTER).and_then(parse_retry_after),
+        Protocol::Http => get(&headers::RETRY_AFTER)
+            .and_then(|v| idem_retry::parse_retry_after(v, SystemTime::now())),
     };
     if let Some(after) = pushback {
         status = status.with_retry_after(after);
@@ -186,19 +156,6 @@ fn grpc_code_from_http(status: u16) -> Code {
         429 | 502 | 503 | 504 => Code::Unavailable,
         _ => Code::Unknown,
     }
-}
-
-/// `Retry-After`: delay-seconds or an HTTP-date.
-fn parse_retry_after(v: &str) -> Option<Duration> {
-    let v = v.trim();
-    if let Ok(secs) = v.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    let at = httpdate::parse_http_date(v).ok()?;
-    Some(
-        at.duration_since(SystemTime::now())
-            .unwrap_or(Duration::ZERO),
-    )
 }
 
 /// Parses `grpc-timeout` (`1-8 digits` + `H`, `M`, `S`, `m`, `u` or `n`).

@@ -17,6 +17,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response};
 use http_body::Body;
 use http_body_util::BodyExt;
+use idem_core::run::{self, Run, StepName};
 use idem_core::{Code, Deadline, IdempotencyKey, Reason, Status};
 use idem_retry::{Attempt, Call, Classify};
 use tower::{Service, ServiceExt};
@@ -37,8 +38,13 @@ use crate::{
 /// The service made by [`RetryLayer`]: sends one logical call as one or more attempts (T3).
 ///
 /// For each call:
-/// 1. A write ([`Writes`](crate::Writes)) without a key gets one ([`IdempotencyKey::generate`]),
-///    made once; a write with a key keeps it. Every attempt carries that same key (R6). A
+/// 1. A write ([`Writes`](crate::Writes)) without a key gets one, made once: inside a run
+///    being served (the handler of a request an idem server layer deduplicates, see
+///    [`idem_core::run`]) the key derived from that run, its target (the gRPC method, or the
+///    HTTP method and path) and its place among the run's calls, or the step named by a
+///    [`StepName`] request extension; outside a run a fresh one ([`IdempotencyKey::generate`]).
+///    So a re-run of the inbound intent, on any instance, sends the same keys and the
+///    downstream service replays. A write with a key keeps it. Every attempt carries that same key (R6). A
 ///    write whose key is refused locally, or that has none under [`MissingKey::SendOnce`], is
 ///    sent once and never retried (S2). Other calls are retried as idempotent reads.
 /// 2. The call's deadline is the request's `grpc-timeout`, else the layer's call timeout. Each
@@ -155,18 +161,52 @@ where
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let inner = self.inner.clone();
         let layer = self.layer.clone();
+        // K7: decided here, in the caller's task and in the order of its calls, so the run
+        // being served (if any) gives this write the key its place in the run stands for.
+        let derived = derived_key(&layer, &req);
         let span = client_span(&req);
         if span.is_disabled() {
-            return Box::pin(call(inner, layer, req));
+            return Box::pin(call(inner, layer, req, derived));
         }
         let end = span.clone();
         let traced = async move {
-            let result = call(inner, layer, req).await;
+            let result = call(inner, layer, req, derived).await;
             record_end(&end, &result);
             result
         };
         Box::pin(traced.instrument(span))
     }
+}
+
+/// Inside a run, the key a write without one gets: derived from the run by its target (the gRPC
+/// method, or the HTTP method and path) and its step name, if the request names one (K7).
+/// `None` outside a run, for reads, and for writes that carry a key (kept as they are).
+fn derived_key<B>(layer: &RetryLayer, req: &Request<B>) -> Option<IdempotencyKey> {
+    let cfg = &layer.cfg;
+    if cfg.missing_key != MissingKey::Generate || Run::current().is_none() {
+        return None;
+    }
+    let protocol = Protocol::of(req.headers());
+    if !cfg
+        .writes
+        .is_write(req.method(), req.uri().path(), protocol)
+    {
+        return None;
+    }
+    let key_header = match protocol {
+        Protocol::Grpc => &cfg.grpc_key,
+        Protocol::Http => &cfg.http_key,
+    };
+    if req.headers().contains_key(key_header) {
+        return None;
+    }
+    let step = req.extensions().get::<StepName>().map(StepName::as_str);
+    Some(match protocol {
+        Protocol::Grpc => run::outbound_key(req.uri().path(), step),
+        Protocol::Http => {
+            run::outbound_key(&format!("{} {}", req.method(), req.uri().path()), step)
+        }
+    })
 }
 
 /// The span of one call through the client layer (E15; see [`RetryService`]).
@@ -250,6 +290,7 @@ async fn call<S, B, ResB>(
     inner: S,
     layer: RetryLayer,
     req: Request<B>,
+    derived: Option<IdempotencyKey>,
 ) -> Result<Response<ReplayBody>, BoxError>
 where
     S: Service<Request<B>, Response = Response<ResB>> + Clone + Send + Sync + 'static,
@@ -282,10 +323,16 @@ where
     {
         match key_from_headers(&parts.headers, &key_header) {
             Ok(Some(key)) => Call::keyed(key),
-            Ok(None) if cfg.missing_key == MissingKey::Generate => {
-                layer.counters.key_generated();
-                Call::keyed(IdempotencyKey::generate())
-            }
+            Ok(None) if cfg.missing_key == MissingKey::Generate => match derived {
+                Some(key) => {
+                    layer.counters.key_derived();
+                    Call::keyed(key)
+                }
+                None => {
+                    layer.counters.key_generated();
+                    Call::keyed(IdempotencyKey::generate())
+                }
+            },
             // No key, or one the server will refuse: at most once (S2).
             Ok(None) | Err(_) => Call::non_idempotent(),
         }

@@ -8,6 +8,8 @@ use idem_retry::RetryStats;
 pub const RETRIES_TOTAL: &str = "idem_tower_client_retries_total";
 /// Counter: keys the client layer made for writes that had none.
 pub const KEYS_GENERATED_TOTAL: &str = "idem_tower_client_keys_generated_total";
+/// Counter: keys the client layer derived from the run being served, for writes that had none.
+pub const KEYS_DERIVED_TOTAL: &str = "idem_tower_client_keys_derived_total";
 /// The label on [`RETRIES_TOTAL`]: [`Failure::as_str`].
 pub const LABEL_REASON: &str = "reason";
 
@@ -21,7 +23,11 @@ pub(crate) fn describe() {
     );
     metrics::describe_counter!(
         KEYS_GENERATED_TOTAL,
-        "Idempotency keys the client layer made for writes that came without one."
+        "Idempotency keys the client layer made for writes that came without one, outside any run."
+    );
+    metrics::describe_counter!(
+        KEYS_DERIVED_TOTAL,
+        "Idempotency keys the client layer derived from the inbound request being served, for writes that came without one."
     );
 }
 
@@ -95,8 +101,10 @@ pub struct ClientStats {
     pub retrier: RetryStats,
     /// Retries by the failure that caused them, indexed like [`Failure::ALL`].
     pub retries_by: [u64; 7],
-    /// Keys the layer made for writes that came without one.
+    /// Keys the layer made for writes that came without one, outside any run (random).
     pub keys_generated: u64,
+    /// Keys the layer derived from the run being served, for writes that came without one.
+    pub keys_derived: u64,
 }
 
 impl ClientStats {
@@ -110,6 +118,7 @@ impl ClientStats {
 pub(crate) struct Counters {
     retries_by: [AtomicU64; 7],
     keys_generated: AtomicU64,
+    keys_derived: AtomicU64,
 }
 
 impl Counters {
@@ -123,6 +132,11 @@ impl Counters {
         metrics::counter!(KEYS_GENERATED_TOTAL).increment(1);
     }
 
+    pub(crate) fn key_derived(&self) {
+        self.keys_derived.fetch_add(1, Relaxed);
+        metrics::counter!(KEYS_DERIVED_TOTAL).increment(1);
+    }
+
     pub(crate) fn snapshot(&self, retrier: RetryStats) -> ClientStats {
         let mut retries_by = [0; 7];
         for (o, c) in retries_by.iter_mut().zip(&self.retries_by) {
@@ -132,6 +146,7 @@ impl Counters {
             retrier,
             retries_by,
             keys_generated: self.keys_generated.load(Relaxed),
+            keys_derived: self.keys_derived.load(Relaxed),
         }
     }
 }

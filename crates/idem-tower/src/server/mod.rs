@@ -61,8 +61,10 @@ use crate::{
 /// Replays and joins carry `idempotent-replayed: true`; every stored response carries
 /// `idempotent-expires-at`. The inner service finds the request's [`Scope`] and the
 /// deduplicator's run context (for a tiered engine, the claim's
-/// [`FencingToken`](idem_dedup::remote::FencingToken); `()` for an [`Engine`]) in the request's
-/// extensions; every deduplicated response carries a [`Deduplicated`] extension saying what was
+/// [`FencingToken`](idem_dedup::remote::FencingToken); `()` for an [`Engine`]) and the
+/// [`Run`](idem_core::run::Run) it is part of in the request's extensions (the run is also the
+/// current one while the handler runs, so idem's client layers inside derive the keys they send
+/// downstream from it); every deduplicated response carries a [`Deduplicated`] extension saying what was
 /// decided. Errors are gRPC statuses on gRPC routes (a trailers-only response
 /// whose `grpc-message` names the rule) and `application/problem+json` on HTTP routes.
 ///
@@ -457,6 +459,11 @@ where
     ResB::Error: Into<BoxError>,
 {
     let (run, large) = (job.run, job.large.take());
+    // K7: the handler finds the run it is part of among the request's extensions too (the
+    // engine made it current for this future; see `idem_core::run`).
+    if let Some(current) = idem_core::run::Run::current() {
+        job.request.extensions_mut().insert(current);
+    }
     // Moved straight out of the box into the call: no copy of the request stays in this future.
     let response = job.inner.oneshot(job.request).await.map_err(|e| {
         let e: BoxError = e.into();

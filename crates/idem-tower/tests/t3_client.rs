@@ -10,10 +10,10 @@ use bytes::Bytes;
 use http::{HeaderMap, Request, Response};
 use http_body_util::{BodyExt, Full};
 use idem_core::{Code, Reason};
-use idem_retry::{FixedRandom, GiveUp, RetryBudget, RetryPolicy};
+use idem_retry::{Failure, FixedRandom, GiveUp, RetryBudget, RetryPolicy};
+use idem_tower::wire::parse_grpc_timeout;
 use idem_tower::{
-    parse_grpc_timeout, AttemptTimedOut, BoxError, CallFailed, CallReport, Failure, MissingKey,
-    ReplayBody, RetryLayer, Writes,
+    AttemptTimedOut, BoxError, CallFailed, CallReport, MissingKey, ReplayBody, RetryLayer, Writes,
 };
 use parking_lot_free::Log;
 use tower::{Layer, ServiceExt};
@@ -121,6 +121,7 @@ fn layer(max_attempts: u32) -> RetryLayer {
         .call_timeout(Duration::from_secs(5))
         .attempt_timeout(Duration::from_millis(200))
         .build()
+        .unwrap()
 }
 
 /// The `CallFailed` a give-up's error downcasts to.
@@ -216,7 +217,8 @@ async fn t3_client_never_retries_a_write_without_key_s2() {
     let layer = RetryLayer::builder()
         .writes(Writes::paths(["/shop.v1.Shop/CreateOrder"]))
         .missing_key(MissingKey::SendOnce)
-        .build();
+        .build()
+        .unwrap();
     let svc = layer.layer(scripted(vec![Step::Grpc(14, None), Step::Ok], log.clone()));
     let err = svc
         .oneshot(grpc_request("/shop.v1.Shop/CreateOrder"))
@@ -302,7 +304,8 @@ async fn t3_client_http_statuses_and_retry_after() {
     let log = Arc::new(Log::default());
     let layer = RetryLayer::builder()
         .policy(RetryPolicy::builder().max_attempts(4).build().unwrap())
-        .build(); // HTTP POST is a write by default
+        .build()
+        .unwrap(); // HTTP POST is a write by default
     let svc = layer.layer(scripted(
         vec![
             Step::Http(503, None),
@@ -366,7 +369,8 @@ async fn t3_give_up_error_says_why_and_after_how_many_attempts() {
                 .build()
                 .unwrap(),
         )
-        .build();
+        .build()
+        .unwrap();
     let svc = spent.layer(scripted(vec![Step::Grpc(14, None)], Arc::default()));
     let failed = call_failed(
         svc.oneshot(grpc_request("/shop.v1.Shop/GetBook"))
@@ -386,7 +390,8 @@ async fn t3_give_up_error_says_why_and_after_how_many_attempts() {
                 .unwrap(),
         )
         .call_timeout(Duration::from_millis(100))
-        .build();
+        .build()
+        .unwrap();
     let svc = short.layer(scripted(vec![Step::Grpc(14, None)], Arc::default()));
     let failed = call_failed(
         svc.oneshot(grpc_request("/shop.v1.Shop/GetBook"))

@@ -7,9 +7,10 @@ use idem_core::{Code, IdempotencyKey, Status};
 use idem_retry::{GiveUp, RetryError};
 
 use crate::body::ReplayBody;
+use crate::client::attempt::{AttemptError, Failed};
 #[cfg(feature = "grpc")]
 use crate::client::pushback::{status_details, GRPC_STATUS_DETAILS};
-use crate::client::{AttemptError, AttemptTimedOut, CallReport, Failed};
+use crate::client::{AttemptTimedOut, CallReport};
 #[cfg(feature = "grpc")]
 use crate::headers;
 use crate::{BoxError, Protocol};

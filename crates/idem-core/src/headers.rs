@@ -109,4 +109,19 @@ impl IdempotencyKey {
         };
         IdempotencyKey::from_bytes(inner).map_err(KeyHeaderError::Key)
     }
+
+    /// The key as an HTTP client sends it in the [`HTTP_KEY`] header: an RFC 8941 sf-string, the
+    /// form the IETF Idempotency-Key draft gives (a key's characters never need escaping). Read
+    /// back by [`from_header_value`](Self::from_header_value).
+    ///
+    /// ```
+    /// use idem_core::IdempotencyKey;
+    /// let key = IdempotencyKey::parse("order-0001")?;
+    /// assert_eq!(key.to_header_value(), "\"order-0001\"");
+    /// assert_eq!(IdempotencyKey::from_header_value(key.to_header_value().as_bytes()), Ok(key));
+    /// # Ok::<(), idem_core::KeyError>(())
+    /// ```
+    pub fn to_header_value(&self) -> String {
+        format!("\"{}\"", self.as_str())
+    }
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use http::Extensions;
 use idem_core::run::{self, Run, StepName};
 use idem_core::{Code, Deadline, IdempotencyKey};
-use idem_retry::{Attempt, Call, Retrier, Scheduler, TokioScheduler};
+use idem_retry::{Attempt, Call, Failure, Retrier, Scheduler, TokioScheduler};
 use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
 use tracing::Instrument;
@@ -15,7 +15,7 @@ use crate::attempt::{self, AttemptError, Failed};
 use crate::builder::{Config, MissingKey, RetryMiddlewareBuilder};
 use crate::key::{caller_key, header_value, CallerKey};
 use crate::report::{AttemptTimedOut, BoxError, CallFailed, CallReport};
-use crate::stats::{ClientStats, Counters, Failure, KeySource};
+use crate::stats::{slot, ClientStats, Counters, KeySource};
 
 /// A [`reqwest_middleware`] middleware that sends each logical call as one or more attempts:
 /// one idempotency key per write, the same on every attempt, derived from the intent being served
@@ -117,14 +117,14 @@ use crate::stats::{ClientStats, Counters, Failure, KeySource};
 ///     .writes(Writes::methods([Method::POST, Method::PATCH, Method::PUT]))
 ///     .call_timeout(Duration::from_secs(2))
 ///     .attempt_timeout(Duration::from_millis(500))
-///     .build();
+///     .build()?;
 /// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
 ///     .with(retries.clone())
 ///     .build();
 /// // client.post("http://payments.internal/v1/charges").body(r#"{"amount":1200}"#).send().await?
 /// assert_eq!(retries.stats().retrier.calls, 0);
 /// # drop(client);
-/// # Ok::<(), idem_retry::InvalidPolicy>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
 /// # Cancellation safety
@@ -133,6 +133,7 @@ use crate::stats::{ClientStats, Counters, Failure, KeySource};
 /// server: call again with the same key (from [`CallReport::key`], [`CallFailed::key`], or one
 /// you set yourself) and the server's deduplication replays it.
 #[derive(Debug, Clone)]
+#[must_use = "a middleware does nothing until a client is built with it"]
 pub struct RetryMiddleware<S = TokioScheduler> {
     pub(crate) retrier: Retrier<S>,
     pub(crate) cfg: Arc<Config>,
@@ -142,7 +143,7 @@ pub struct RetryMiddleware<S = TokioScheduler> {
 impl RetryMiddleware<TokioScheduler> {
     /// A middleware with every default.
     pub fn new() -> Self {
-        RetryMiddleware::builder().build()
+        RetryMiddleware::builder().assemble()
     }
 
     /// A builder starting from the defaults.
@@ -286,7 +287,7 @@ where
                     };
                     *last_ext.lock().unwrap_or_else(PoisonError::into_inner) = Some(attempt_ext);
                     if let Err(e) = &result {
-                        last_failure.store(e.kind.index(), Relaxed);
+                        last_failure.store(slot(e.kind), Relaxed);
                     }
                     result
                 }

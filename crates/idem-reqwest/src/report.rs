@@ -33,6 +33,7 @@ pub(crate) type BoxError = Box<dyn StdError + Send + Sync>;
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CallReport {
     /// Attempts made, first included.
     pub attempts: u32,

@@ -180,7 +180,7 @@
 //! | `budget/`: `mod.rs`, `builder.rs`, `window.rs` | [`RetryBudget`], [`RetryBudgetBuilder`], the sliding window and the floor's token bucket | R5 |
 //! | `retrier/`: `mod.rs`, `attempts.rs`, `refresh.rs` | [`Retrier`] and its calls; one call's attempt loop, span and give-up; the refresh step of `ABORTED` retries | R1–R6, R8 |
 //! | `error.rs` | [`RetryError`] | R3, R5 |
-//! | `pushback.rs` | [`parse_retry_after`]: HTTP's `Retry-After` | R8 |
+//! | `pushback.rs` | [`parse_retry_after`], [`status_from_http`]: HTTP's `Retry-After`, an HTTP answer as a client retries it | R8 |
 //! | `failure.rs` | [`Failure`]: why an attempt failed, as client layers count retries | E9 |
 //! | `metrics.rs`, `stats.rs` | metric names, [`GiveUp`], [`RetryStats`] | E9, E15 |
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -213,7 +213,7 @@ pub use policy::{
     InvalidPolicy, RetryPolicy, RetryPolicyBuilder, DEFAULT_BASE_DELAY, DEFAULT_JITTER,
     DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_DELAY, DEFAULT_MIN_ATTEMPT_TIME, DEFAULT_MULTIPLIER,
 };
-pub use pushback::parse_retry_after;
+pub use pushback::{parse_retry_after, status_from_http};
 pub use random::{FixedRandom, RandomSource, SplitMix64};
 pub use retrier::Retrier;
 pub use scheduler::{Release, Scheduler, TokioScheduler, VirtualScheduler, VirtualSleep};

@@ -1,6 +1,6 @@
 //! gRPC or plain HTTP: how a request is recognised and how its outcome is read.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use http::HeaderMap;
 use idem_core::{Code, Reason, Status};
@@ -78,9 +78,16 @@ pub(crate) fn response_status(
             .or_else(|| headers.get(name))
             .and_then(|v| v.to_str().ok())
     };
+    if protocol == Protocol::Http {
+        return idem_retry::status_from_http(
+            http_status,
+            get(&headers::REASON),
+            get(&headers::RETRY_AFTER),
+        );
+    }
     let code = response_code(protocol, http_status, headers, trailers);
-    let message = match protocol {
-        Protocol::Grpc if http_status == 200 => trailers
+    let message = match http_status {
+        200 => trailers
             .and_then(grpc_message)
             .or_else(|| grpc_message(headers))
             .unwrap_or_default(),
@@ -90,13 +97,9 @@ pub(crate) fn response_status(
     if let Some(r) = get(&headers::REASON) {
         status = status.with_reason(Reason::new(r.to_owned()));
     }
-    let pushback = match protocol {
-        Protocol::Grpc => get(&headers::GRPC_PUSHBACK_MS)
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_millis),
-        Protocol::Http => get(&headers::RETRY_AFTER)
-            .and_then(|v| idem_retry::parse_retry_after(v, SystemTime::now())),
-    };
+    let pushback = get(&headers::GRPC_PUSHBACK_MS)
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_millis);
     if let Some(after) = pushback {
         status = status.with_retry_after(after);
     }

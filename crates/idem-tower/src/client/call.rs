@@ -76,7 +76,7 @@ where
         parts.headers.remove(&key_header);
         let value = match protocol {
             Protocol::Grpc => key.as_str().to_owned(),
-            Protocol::Http => format!("\"{}\"", key.as_str()), // RFC 8941 sf-string
+            Protocol::Http => key.to_header_value(), // an RFC 8941 sf-string
         };
         parts
             .headers

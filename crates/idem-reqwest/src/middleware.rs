@@ -1,12 +1,12 @@
 //! The middleware: one logical call, sent as one or more attempts.
 
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use http::Extensions;
 use idem_core::run::{self, Run, StepName};
 use idem_core::{Code, Deadline, IdempotencyKey};
-use idem_retry::{Attempt, Call, Failure, Retrier, Scheduler, TokioScheduler};
+use idem_retry::{Attempt, Call, Failure, Retrier, RetryError, Scheduler, TokioScheduler};
 use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
 use tracing::Instrument;
@@ -15,7 +15,7 @@ use crate::attempt::{self, AttemptError, Failed};
 use crate::builder::{Config, MissingKey, RetryMiddlewareBuilder};
 use crate::key::{caller_key, header_value, CallerKey};
 use crate::report::{AttemptTimedOut, BoxError, CallFailed, CallReport};
-use crate::stats::{slot, ClientStats, Counters, KeySource};
+use crate::stats::{ClientStats, Counters, KeySource};
 
 /// A [`reqwest_middleware`] middleware that sends each logical call as one or more attempts:
 /// one idempotency key per write, the same on every attempt, derived from the intent being served
@@ -248,7 +248,8 @@ where
 
         let mut first = Some(req);
         let last_ext: Mutex<Option<Extensions>> = Mutex::new(None);
-        let last_failure = AtomicUsize::new(usize::MAX);
+        // What the attempt before this one failed of (the retry it causes is counted by it).
+        let last_failure: Mutex<Option<Failure>> = Mutex::new(None);
         let attempts = AtomicU32::new(0);
         let caller_ext: &Extensions = ext;
         let result = self
@@ -256,9 +257,9 @@ where
             .call_reporting(&call, |attempt: Attempt| {
                 attempts.fetch_add(1, Relaxed);
                 if attempt.is_retry() {
-                    let why = Failure::ALL
-                        .get(last_failure.load(Relaxed))
-                        .copied()
+                    let why = last_failure
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
                         .unwrap_or(Failure::Other);
                     self.counters.retry(why);
                 }
@@ -287,7 +288,7 @@ where
                     };
                     *last_ext.lock().unwrap_or_else(PoisonError::into_inner) = Some(attempt_ext);
                     if let Err(e) = &result {
-                        last_failure.store(slot(e.kind), Relaxed);
+                        *last_failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.kind);
                     }
                     result
                 }
@@ -313,7 +314,7 @@ where
             Err(gave_up) => gave_up,
         };
         report.gave_up = Some(gave_up.reason());
-        let reason = gave_up.reason();
+        let (reason, attempts) = (gave_up.reason(), gave_up.attempts());
         let AttemptError {
             status, outcome, ..
         } = gave_up.into_error();
@@ -327,9 +328,8 @@ where
             Failed::NotResendable => Box::new(status.clone()),
         };
         Err(reqwest_middleware::Error::middleware(CallFailed {
-            reason,
+            gave_up: RetryError::new(reason, attempts, status),
             report,
-            status,
             source,
         }))
     }

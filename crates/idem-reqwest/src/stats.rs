@@ -10,7 +10,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use idem_retry::{Failure, RetryStats};
+use idem_retry::{Failure, FailureCounters, FailureCounts, RetryStats};
 
 /// Counter: retries by the failure that caused them, labelled
 /// [`REASON`](idem_retry::metrics::REASON) = [`Failure::as_str`].
@@ -56,17 +56,6 @@ impl KeySource {
     }
 }
 
-/// The number of [`Failure`] kinds the counters keep apart.
-const KINDS: usize = Failure::ALL.len();
-
-/// Where `failure` counts: its place in [`Failure::ALL`].
-pub(crate) fn slot(failure: Failure) -> usize {
-    Failure::ALL
-        .iter()
-        .position(|f| *f == failure)
-        .unwrap_or(KINDS - 1)
-}
-
 /// A snapshot of a [`RetryMiddleware`](crate::RetryMiddleware)'s counters, shared by its clones.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -77,27 +66,27 @@ pub struct ClientStats {
     pub keys_derived: u64,
     /// Keys drawn at random, for writes made without a key outside any run.
     pub keys_generated: u64,
-    /// Retries by the failure that caused them, in the order of [`Failure::ALL`].
-    retries_by: [u64; KINDS],
+    /// Retries by the failure that caused them.
+    retries_by: FailureCounts,
 }
 
 impl ClientStats {
     /// Retries caused by `failure`.
-    pub fn retries(&self, failure: Failure) -> u64 {
-        self.retries_by[slot(failure)]
+    pub const fn retries(&self, failure: Failure) -> u64 {
+        self.retries_by.get(failure)
     }
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    retries_by: [AtomicU64; KINDS],
+    retries_by: FailureCounters,
     keys_derived: AtomicU64,
     keys_generated: AtomicU64,
 }
 
 impl Counters {
     pub(crate) fn retry(&self, why: Failure) {
-        self.retries_by[slot(why)].fetch_add(1, Relaxed);
+        self.retries_by.add(why);
         metrics::counter!(RETRIES_TOTAL, idem_retry::metrics::REASON => why.as_str()).increment(1);
     }
 
@@ -115,7 +104,7 @@ impl Counters {
             retrier,
             keys_derived: self.keys_derived.load(Relaxed),
             keys_generated: self.keys_generated.load(Relaxed),
-            retries_by: std::array::from_fn(|i| self.retries_by[i].load(Relaxed)),
+            retries_by: self.retries_by.snapshot(),
         }
     }
 }

@@ -1,4 +1,7 @@
-//! Why an attempt failed, as the client layers built on the retrier count their retries.
+//! Why an attempt failed, as the client layers built on the retrier count their retries, and the
+//! counts by kind.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use idem_core::Code;
 
@@ -71,6 +74,71 @@ impl Failure {
             Code::Aborted => Failure::Aborted,
             Code::DeadlineExceeded => Failure::DeadlineExceeded,
             _ => Failure::Other,
+        }
+    }
+}
+
+/// How many kinds [`Failure::ALL`] holds.
+const KINDS: usize = Failure::ALL.len();
+
+/// Counts by [`Failure`], as a client reports its retries by the failure that caused them: a
+/// snapshot of [`FailureCounters`].
+///
+/// ```
+/// use idem_retry::{Failure, FailureCounters};
+///
+/// let counters = FailureCounters::default(); // shared by a client's clones
+/// counters.add(Failure::Unavailable);
+/// counters.add(Failure::Unavailable);
+/// counters.add(Failure::Timeout);
+/// let counts = counters.snapshot();
+/// assert_eq!(counts.get(Failure::Unavailable), 2);
+/// assert_eq!(counts.get(Failure::Timeout), 1);
+/// assert_eq!(counts.get(Failure::Transport), 0);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FailureCounts([u64; KINDS]);
+
+impl FailureCounts {
+    /// The count of `failure`.
+    pub const fn get(&self, failure: Failure) -> u64 {
+        self.0[failure as usize]
+    }
+}
+
+/// Counters by [`Failure`], safe to share between tasks; read them with
+/// [`snapshot`](Self::snapshot).
+#[derive(Debug, Default)]
+pub struct FailureCounters([AtomicU64; KINDS]);
+
+impl FailureCounters {
+    /// Counts one `failure`.
+    pub fn add(&self, failure: Failure) {
+        self.0[failure as usize].fetch_add(1, Relaxed);
+    }
+
+    /// The counts so far.
+    pub fn snapshot(&self) -> FailureCounts {
+        FailureCounts(std::array::from_fn(|i| self.0[i].load(Relaxed)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Failure, FailureCounters};
+
+    /// Each kind counts in a place of its own (the discriminant is its place in `ALL`).
+    #[test]
+    fn e9_each_failure_counts_apart() {
+        let counters = FailureCounters::default();
+        for (i, f) in Failure::ALL.iter().enumerate() {
+            for _ in 0..=i {
+                counters.add(*f);
+            }
+        }
+        let counts = counters.snapshot();
+        for (i, f) in Failure::ALL.iter().enumerate() {
+            assert_eq!(counts.get(*f), i as u64 + 1, "{f:?}");
         }
     }
 }

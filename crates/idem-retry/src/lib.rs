@@ -181,7 +181,7 @@
 //! | `retrier/`: `mod.rs`, `attempts.rs`, `refresh.rs` | [`Retrier`] and its calls; one call's attempt loop, span and give-up; the refresh step of `ABORTED` retries | R1–R6, R8 |
 //! | `error.rs` | [`RetryError`] | R3, R5 |
 //! | `pushback.rs` | [`parse_retry_after`], [`status_from_http`]: HTTP's `Retry-After`, an HTTP answer as a client retries it | R8 |
-//! | `failure.rs` | [`Failure`]: why an attempt failed, as client layers count retries | E9 |
+//! | `failure.rs` | [`Failure`]: why an attempt failed, as client layers count retries; [`FailureCounters`], [`FailureCounts`] | E9 |
 //! | `metrics.rs`, `stats.rs` | metric names, [`GiveUp`], [`RetryStats`] | E9, E15 |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -207,7 +207,7 @@ pub use call::{Attempt, Call, CallKind};
 pub use classify::{classify, Classify, Decision, NotRetryable, Wait};
 pub use deadline::{check_retry, leaves_room};
 pub use error::RetryError;
-pub use failure::Failure;
+pub use failure::{Failure, FailureCounters, FailureCounts};
 pub use metrics::GiveUp;
 pub use policy::{
     InvalidPolicy, RetryPolicy, RetryPolicyBuilder, DEFAULT_BASE_DELAY, DEFAULT_JITTER,

@@ -1,6 +1,7 @@
 //! One logical call: its key and deadline decided once, then its attempts through the retrier.
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::{Mutex, PoisonError};
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response};
@@ -12,7 +13,6 @@ use tower::Service;
 
 use crate::body::{ReplayBody, ResendableBody};
 use crate::client::attempt::one_attempt;
-use crate::client::stats::slot;
 use crate::client::{CallFailed, CallReport, MissingKey, RetryLayer};
 use crate::{headers, key_from_headers, wire, BoxError, Protocol};
 
@@ -83,7 +83,8 @@ where
             .insert(&key_header, HeaderValue::from_str(&value)?);
     }
 
-    let last_failure = AtomicUsize::new(usize::MAX);
+    // What the attempt before this one failed of (the retry it causes is counted by it).
+    let last_failure: Mutex<Option<Failure>> = Mutex::new(None);
     let attempts = AtomicUsize::new(0);
     let attempt_timeout = cfg.attempt_timeout;
     let result = layer
@@ -91,9 +92,9 @@ where
         .call_reporting(&call, |attempt: Attempt| {
             attempts.fetch_add(1, Relaxed);
             if attempt.is_retry() {
-                let why = Failure::ALL
-                    .get(last_failure.load(Relaxed))
-                    .copied()
+                let why = last_failure
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
                     .unwrap_or(Failure::Other);
                 layer.counters.retry(why);
             }
@@ -117,7 +118,7 @@ where
             async move {
                 let r = one_attempt(svc, req, protocol, time).await;
                 if let Err(e) = &r {
-                    last_failure.store(slot(e.kind), Relaxed);
+                    *last_failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.kind);
                 }
                 r
             }

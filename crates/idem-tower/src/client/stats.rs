@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use idem_retry::{Failure, RetryStats};
+use idem_retry::{Failure, FailureCounters, FailureCounts, RetryStats};
 
 use crate::metrics::{KEYS_DERIVED_TOTAL, KEYS_GENERATED_TOTAL, RETRIES_TOTAL};
 
@@ -24,17 +24,6 @@ pub(crate) fn describe() {
     );
 }
 
-/// The number of [`Failure`] kinds the counters keep apart.
-const KINDS: usize = Failure::ALL.len();
-
-/// Where `failure` counts: its place in [`Failure::ALL`].
-pub(super) fn slot(failure: Failure) -> usize {
-    Failure::ALL
-        .iter()
-        .position(|f| *f == failure)
-        .unwrap_or(KINDS - 1)
-}
-
 /// A snapshot of a [`RetryLayer`](crate::RetryLayer)'s counters, shared by every service it made.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -45,27 +34,27 @@ pub struct ClientStats {
     pub keys_generated: u64,
     /// Keys the layer derived from the run being served, for writes that came without one.
     pub keys_derived: u64,
-    /// Retries by the failure that caused them, in the order of [`Failure::ALL`].
-    retries_by: [u64; KINDS],
+    /// Retries by the failure that caused them.
+    retries_by: FailureCounts,
 }
 
 impl ClientStats {
     /// Retries caused by `failure`.
-    pub fn retries(&self, failure: Failure) -> u64 {
-        self.retries_by[slot(failure)]
+    pub const fn retries(&self, failure: Failure) -> u64 {
+        self.retries_by.get(failure)
     }
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    retries_by: [AtomicU64; KINDS],
+    retries_by: FailureCounters,
     keys_generated: AtomicU64,
     keys_derived: AtomicU64,
 }
 
 impl Counters {
     pub(crate) fn retry(&self, why: Failure) {
-        self.retries_by[slot(why)].fetch_add(1, Relaxed);
+        self.retries_by.add(why);
         metrics::counter!(RETRIES_TOTAL, idem_retry::metrics::REASON => why.as_str()).increment(1);
     }
 
@@ -84,7 +73,7 @@ impl Counters {
             retrier,
             keys_generated: self.keys_generated.load(Relaxed),
             keys_derived: self.keys_derived.load(Relaxed),
-            retries_by: std::array::from_fn(|i| self.retries_by[i].load(Relaxed)),
+            retries_by: self.retries_by.snapshot(),
         }
     }
 }

@@ -7,7 +7,10 @@ mod support;
 use std::time::Duration;
 
 use idem_core::{Code, Deadline, Reason};
-use idem_reqwest::{AttemptTimedOut, CallFailed, CallReport, KeySource, MissingKey, Writes};
+use idem_reqwest::{
+    AttemptTimedOut, CallFailed, CallReport, ConfigError, KeySource, MissingKey, RetryMiddleware,
+    Writes,
+};
 use idem_retry::{Failure, GiveUp, RetryBudget};
 use reqwest::Method;
 use support::{builder, client, ms, sf, Reply, Server};
@@ -368,4 +371,31 @@ async fn r3_slow_answer_is_cut_off_at_the_deadline() {
         "{source}"
     );
     assert!(failed.to_string().starts_with("gave up after 1 attempt ("));
+}
+
+/// T3: the middleware's builder checks what it takes: a zero call or attempt timeout leaves no
+/// time for any attempt and is refused, naming the rule; the defaults and real timeouts pass.
+#[test]
+fn t3_middleware_refuses_zero_timeouts() {
+    assert_eq!(
+        RetryMiddleware::builder()
+            .call_timeout(Duration::ZERO)
+            .build()
+            .unwrap_err(),
+        ConfigError::Invalid("call_timeout must be greater than zero (no attempt could be made)")
+    );
+    let e = RetryMiddleware::builder()
+        .attempt_timeout(Duration::ZERO)
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid middleware setting: attempt_timeout must be greater than zero (no attempt could get an answer)"
+    );
+    assert!(RetryMiddleware::builder().build().is_ok());
+    assert!(RetryMiddleware::builder()
+        .call_timeout(ms(1))
+        .attempt_timeout(Duration::from_secs(60))
+        .build()
+        .is_ok());
 }

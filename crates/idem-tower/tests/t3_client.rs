@@ -13,7 +13,8 @@ use idem_core::{Code, Reason};
 use idem_retry::{Failure, FixedRandom, GiveUp, RetryBudget, RetryPolicy};
 use idem_tower::wire::parse_grpc_timeout;
 use idem_tower::{
-    AttemptTimedOut, BoxError, CallFailed, CallReport, MissingKey, ReplayBody, RetryLayer, Writes,
+    AttemptTimedOut, BoxError, CallFailed, CallReport, ConfigError, MissingKey, ReplayBody,
+    RetryLayer, Writes,
 };
 use parking_lot_free::Log;
 use tower::{Layer, ServiceExt};
@@ -485,4 +486,31 @@ async fn t3_tonic_client_reads_the_give_up_from_the_status_source() {
     assert_eq!((failed.reason(), failed.attempts()), (GiveUp::Attempts, 3));
     assert!(failed.key().is_some());
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
+}
+
+/// T3: the client layer's builder checks what it takes: a zero call or attempt timeout leaves no
+/// time for any attempt and is refused, naming the rule; the defaults and real timeouts pass.
+#[test]
+fn t3_client_layer_refuses_zero_timeouts() {
+    assert_eq!(
+        RetryLayer::builder()
+            .call_timeout(Duration::ZERO)
+            .build()
+            .unwrap_err(),
+        ConfigError::Invalid("call_timeout must be greater than zero (no attempt could be made)")
+    );
+    let e = RetryLayer::builder()
+        .attempt_timeout(Duration::ZERO)
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid layer setting: attempt_timeout must be greater than zero (no attempt could get an answer)"
+    );
+    assert!(RetryLayer::builder().build().is_ok());
+    assert!(RetryLayer::builder()
+        .call_timeout(Duration::from_millis(1))
+        .attempt_timeout(Duration::from_secs(60))
+        .build()
+        .is_ok());
 }

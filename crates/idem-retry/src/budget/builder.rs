@@ -1,4 +1,4 @@
-//! The budget's builder: the settings and the rules they must keep (R5).
+//! The budget's builder: the settings and the rules they must keep.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};

@@ -1,5 +1,5 @@
 //! The budget's state: a sliding window of request and retry counts, and the floor's token
-//! bucket (R5).
+//! bucket.
 
 /// The window is kept as this many slots; the oldest slot drops out as time moves on.
 pub(super) const SLOTS: usize = 10;

@@ -1,5 +1,5 @@
 //! One call's attempts: the loop that classifies each failure, checks the attempts, the deadline
-//! and the budget, waits, and tries again; its span and its give-up (R1–R6, R8, E15).
+//! and the budget, waits, and tries again; its span and its give-up.
 
 use std::future::Future;
 

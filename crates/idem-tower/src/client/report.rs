@@ -7,7 +7,7 @@ use std::time::Duration;
 use idem_core::IdempotencyKey;
 
 /// Put in the extensions of every successful response the client layer returns: how the call
-/// went. A call that failed reports the same through [`CallFailed::report`].
+/// went. A call that failed reports the same through [`CallFailed::report`](crate::CallFailed::report).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CallReport {
@@ -17,7 +17,7 @@ pub struct CallReport {
     pub key: Option<IdempotencyKey>,
 }
 
-/// The source of a [`CallFailed`] whose last HTTP attempt timed out (on gRPC the source is a
+/// The source of a [`CallFailed`](crate::CallFailed) whose last HTTP attempt timed out (on gRPC the source is a
 /// `DEADLINE_EXCEEDED` `tonic::Status` instead).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptTimedOut {

@@ -68,12 +68,12 @@ use crate::{BoxError, Protocol, StoredResponse};
 ///    never stored.
 ///
 /// Replays and joins carry `idempotent-replayed: true`; every stored response carries
-/// `idempotent-expires-at`. The inner service finds the request's [`Scope`] and the
+/// `idempotent-expires-at`. The inner service finds the request's [`Scope`](idem_core::Scope) and the
 /// deduplicator's run context (for a tiered engine, the claim's
 /// [`FencingToken`](idem_dedup::remote::FencingToken); `()` for an [`Engine`]) and the
 /// [`Run`](idem_core::run::Run) it is part of in the request's extensions (the run is also the
 /// current one while the handler runs, so idem's client layers inside derive the keys they send
-/// downstream from it); every deduplicated response carries a [`Deduplicated`] extension saying what was
+/// downstream from it); every deduplicated response carries a [`Deduplicated`](crate::Deduplicated) extension saying what was
 /// decided. Errors are gRPC statuses on gRPC routes (a trailers-only response
 /// whose `grpc-message` names the rule) and `application/problem+json` on HTTP routes.
 ///

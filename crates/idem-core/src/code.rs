@@ -218,6 +218,25 @@ impl CodeSet {
     /// No codes.
     pub const EMPTY: CodeSet = CodeSet(0);
 
+    /// The codes a client retries whatever the call (when the call may be retried at all):
+    /// `UNAVAILABLE`, `RESOURCE_EXHAUSTED`, `DEADLINE_EXCEEDED` and `ABORTED`. A server never
+    /// stores a failure with one of them, since the client's retry must run again rather than
+    /// get the stored failure back: the engine's and the server layer's builders refuse them
+    /// among the failures to store.
+    ///
+    /// ```
+    /// use idem_core::{Code, CodeSet};
+    /// assert!(CodeSet::RETRYABLE.contains(Code::Unavailable));
+    /// assert!(!CodeSet::RETRYABLE.contains(Code::FailedPrecondition));
+    /// let asked = CodeSet::EMPTY.with(Code::NotFound).with(Code::Aborted);
+    /// assert!(asked.intersects(CodeSet::RETRYABLE));
+    /// ```
+    pub const RETRYABLE: CodeSet = CodeSet::EMPTY
+        .with(Code::Unavailable)
+        .with(Code::ResourceExhausted)
+        .with(Code::DeadlineExceeded)
+        .with(Code::Aborted);
+
     /// This set plus `code`.
     pub const fn with(self, code: Code) -> CodeSet {
         CodeSet(self.0 | code.bit())
@@ -236,6 +255,11 @@ impl CodeSet {
     /// Whether the set is empty.
     pub const fn is_empty(self) -> bool {
         self.0 == 0
+    }
+
+    /// Whether the two sets have a code in common.
+    pub const fn intersects(self, other: CodeSet) -> bool {
+        self.0 & other.0 != 0
     }
 }
 

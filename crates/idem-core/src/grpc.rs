@@ -63,9 +63,9 @@ use tonic_types::{ErrorDetails, StatusExt};
 use crate::{Code, Reason, Status, ERROR_DOMAIN};
 
 /// The metadata key of a status' reason, as text (for clients that do not decode the details).
-const REASON_KEY: &str = "idem-reason";
+const REASON_KEY: &str = crate::headers::REASON;
 /// The metadata key of gRPC's pushback (gRPC A6): whole milliseconds.
-const PUSHBACK_KEY: &str = "grpc-retry-pushback-ms";
+const PUSHBACK_KEY: &str = crate::headers::GRPC_PUSHBACK_MS;
 
 #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 impl From<Code> for tonic::Code {

@@ -10,10 +10,11 @@
 //! | type | what it is | requirement |
 //! |---|---|---|
 //! | [`IdempotencyKey`] | a validated client key, random ([`IdempotencyKey::generate`]) or derived ([`IdempotencyKey::derive`]) | K1, K2 |
+//! | [`headers`], [`KeyHeaderError`] | the header names idem speaks, and reading a key header's value ([`IdempotencyKey::from_header_value`]) | T1, T2 |
 //! | [`Scope`] | tenant + method + key, injectively encoded, and its SHA-256 [digest](Scope::digest) | K3 |
 //! | [`Hex`] | bytes as lower-case hex, as a scope digest is written in keys, notices and logs | K3 |
 //! | [`Fingerprint`] | XXH3-128 of the request's canonical bytes; a key reused for another payload is a conflict | K4, K5 |
-//! | [`Code`], [`CodeSet`] | the 17 gRPC status codes and their HTTP mapping | E12, E13 |
+//! | [`Code`], [`CodeSet`] | the 17 gRPC status codes and their HTTP mapping; the codes a client retries ([`CodeSet::RETRYABLE`]) | E12, E13 |
 //! | [`Reason`] | machine-readable reasons (`RATE_LIMITED`, `STOCK_CONFLICT`, ...) | R2 |
 //! | [`Status`] | code + reason + message + retry-after: the error actions return | E12 |
 //! | [`Deadline`] | the whole call's time budget on tokio's clock | R3 |
@@ -57,6 +58,7 @@ mod fingerprint;
 #[cfg(feature = "tonic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 pub mod grpc;
+pub mod headers;
 mod hex;
 mod key;
 mod millis;
@@ -68,6 +70,7 @@ mod status;
 pub use code::{Code, CodeSet};
 pub use deadline::Deadline;
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
+pub use headers::KeyHeaderError;
 pub use hex::Hex;
 pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN, MIN_KEY_LEN};
 pub use millis::whole_millis;

@@ -47,18 +47,21 @@ impl Status {
     }
 
     /// Adds a reason.
+    #[must_use]
     pub fn with_reason(mut self, reason: Reason) -> Self {
         self.reason = Some(reason);
         self
     }
 
     /// Adds a retry-after hint (RetryInfo, `grpc-retry-pushback-ms`, `Retry-After`).
+    #[must_use]
     pub fn with_retry_after(mut self, after: Duration) -> Self {
         self.retry_after = Some(after);
         self
     }
 
     /// Attaches the underlying error.
+    #[must_use]
     pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
         self.source = Some(Arc::new(source));
         self

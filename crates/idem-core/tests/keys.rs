@@ -1,6 +1,6 @@
 //! K1, K2: key validation and derivation.
 
-use idem_core::{IdempotencyKey, KeyError};
+use idem_core::{IdempotencyKey, KeyError, KeyHeaderError};
 
 #[test]
 fn k1_accepts_the_alphabet_and_length_bounds() {
@@ -138,5 +138,79 @@ fn k2_derive_is_injective_over_the_split() {
     assert_ne!(
         IdempotencyKey::derive("ab", "c"),
         IdempotencyKey::derive("a", "bc")
+    );
+}
+
+/// T2: a key header's value is an sf-string without escapes or a bare token, read exactly as
+/// sent; the key inside passes K1. The server layer and both clients read it with this one
+/// function.
+#[test]
+fn t2_key_header_value_forms() {
+    for (value, key) in [
+        (&b"\"order-0001\""[..], "order-0001"),
+        (b"order-0001", "order-0001"),
+        (
+            b"\"3f1c2b7e-9d4a-4c55-8e21-0b6f4a9d2c10\"",
+            "3f1c2b7e-9d4a-4c55-8e21-0b6f4a9d2c10",
+        ),
+    ] {
+        assert_eq!(
+            IdempotencyKey::from_header_value(value).unwrap().as_str(),
+            key
+        );
+    }
+    for value in [
+        &b"\"order-0001"[..],
+        b"\"",
+        b"\"order\\\"0001\"",
+        b"\"order\\\\0001\"",
+    ] {
+        assert_eq!(
+            IdempotencyKey::from_header_value(value),
+            Err(KeyHeaderError::BadQuoting),
+            "{}",
+            String::from_utf8_lossy(value)
+        );
+    }
+    for value in [
+        &b"order-\x000001"[..],
+        b"order-\x7f0001",
+        "ord\u{e9}r-0001".as_bytes(),
+    ] {
+        assert_eq!(
+            IdempotencyKey::from_header_value(value),
+            Err(KeyHeaderError::NotAscii)
+        );
+    }
+    // Whitespace is kept, so it is the key's fault; so are a quote at the end only and an empty
+    // quoted string.
+    assert_eq!(
+        IdempotencyKey::from_header_value(b"order-0001\""),
+        Err(KeyHeaderError::Key(KeyError::InvalidChar {
+            index: 10,
+            byte: b'"'
+        }))
+    );
+    assert_eq!(
+        IdempotencyKey::from_header_value(b" order-0001"),
+        Err(KeyHeaderError::Key(KeyError::InvalidChar {
+            index: 0,
+            byte: b' '
+        }))
+    );
+    assert_eq!(
+        IdempotencyKey::from_header_value(b"order-0001\t"),
+        Err(KeyHeaderError::Key(KeyError::InvalidChar {
+            index: 10,
+            byte: b'\t'
+        }))
+    );
+    assert_eq!(
+        IdempotencyKey::from_header_value(b"\"\""),
+        Err(KeyHeaderError::Key(KeyError::TooShort { len: 0 }))
+    );
+    assert_eq!(
+        KeyHeaderError::BadQuoting.to_string(),
+        "the idempotency key header must be a quoted string (\"...\", RFC 8941) or a bare key"
     );
 }

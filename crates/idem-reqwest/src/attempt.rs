@@ -1,16 +1,11 @@
 //! One attempt's outcome, read as the retrier classifies it.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
+use idem_core::headers::REASON;
 use idem_core::{Code, Reason, Status};
-use idem_retry::Classify;
+use idem_retry::{Classify, Failure};
 use reqwest::header::RETRY_AFTER;
-
-use crate::stats::Failure;
-
-/// The header a server's idem layer puts its machine-readable reason in (`REQUEST_IN_FLIGHT`,
-/// `ENGINE_FULL`, ...); reasons refine how a code is retried.
-const REASON: &str = "idem-reason";
 
 /// A failed attempt: its status, the kind counted for retries, and what came back.
 pub(crate) struct AttemptError {
@@ -50,21 +45,11 @@ pub(crate) fn response(response: reqwest::Response) -> Result<reqwest::Response,
     if http < 400 {
         return Ok(response);
     }
-    let code = Code::from_http_status(http);
-    let mut status = Status::new(code, format!("HTTP {http}"));
     let headers = response.headers();
-    if let Some(r) = headers.get(REASON).and_then(|v| v.to_str().ok()) {
-        status = status.with_reason(Reason::new(r.to_owned()));
-    }
-    let pushback = headers
-        .get(RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| idem_retry::parse_retry_after(v, SystemTime::now()));
-    if let Some(after) = pushback {
-        status = status.with_retry_after(after);
-    }
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let status = idem_retry::status_from_http(http, header(REASON), header(RETRY_AFTER.as_str()));
     Err(AttemptError {
-        kind: Failure::from_code(code),
+        kind: Failure::from_code(status.code()),
         status,
         outcome: Failed::Response(Box::new(response)),
     })

@@ -6,14 +6,14 @@ use std::time::Duration;
 use idem_retry::{Retrier, RetryBudget, RetryPolicy, TokioScheduler};
 use reqwest::header::HeaderName;
 
-use crate::{RetryMiddleware, Writes};
+use crate::{ConfigError, RetryMiddleware, Writes};
 
 /// Default deadline of a whole call (every attempt and every wait) when the caller passes no
 /// [`Deadline`](idem_core::Deadline) in the request's extensions: 10 s.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The default key header, `Idempotency-Key`, as the IETF Idempotency-Key draft names it.
-pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static(idem_core::headers::HTTP_KEY);
 
 /// What the middleware does with a write that comes without an idempotency key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -92,15 +92,15 @@ impl<S> RetryMiddlewareBuilder<S> {
     }
 
     /// Deadline of a whole call when the caller passes no [`Deadline`](idem_core::Deadline) in
-    /// the request's extensions. Default: 10 s ([`DEFAULT_CALL_TIMEOUT`]).
+    /// the request's extensions; greater than zero. Default: 10 s ([`DEFAULT_CALL_TIMEOUT`]).
     pub fn call_timeout(mut self, d: Duration) -> Self {
         self.cfg.call_timeout = d;
         self
     }
 
     /// Longest one attempt may wait for the response's headers (capped by the time left of the
-    /// call), so that a slow answer leaves time for a retry. Default: none, an attempt may use
-    /// all the time left.
+    /// call), so that a slow answer leaves time for a retry; greater than zero. Default: none,
+    /// an attempt may use all the time left.
     pub fn attempt_timeout(mut self, d: Duration) -> Self {
         self.cfg.attempt_timeout = Some(d);
         self
@@ -124,9 +124,30 @@ impl<S> RetryMiddlewareBuilder<S> {
         }
     }
 
-    /// The middleware. Describes its metrics and the retrier's to the installed recorder
-    /// (Prometheus `# HELP`).
-    pub fn build(self) -> RetryMiddleware<S> {
+    /// The middleware, or the first rule its settings break. Describes its metrics and the
+    /// retrier's to the installed recorder (Prometheus `# HELP`).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Invalid`] naming the rule: a zero [`call_timeout`](Self::call_timeout) or
+    /// [`attempt_timeout`](Self::attempt_timeout), which would leave no time for any attempt.
+    pub fn build(self) -> Result<RetryMiddleware<S>, ConfigError> {
+        if self.cfg.call_timeout.is_zero() {
+            return Err(ConfigError::Invalid(
+                "call_timeout must be greater than zero (no attempt could be made)",
+            ));
+        }
+        if self.cfg.attempt_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(ConfigError::Invalid(
+                "attempt_timeout must be greater than zero (no attempt could get an answer)",
+            ));
+        }
+        Ok(self.assemble())
+    }
+
+    /// The middleware of these settings, which [`build`](Self::build) has checked (or which are
+    /// the defaults).
+    pub(crate) fn assemble(self) -> RetryMiddleware<S> {
         crate::stats::describe();
         RetryMiddleware {
             retrier: Retrier::new(self.policy)

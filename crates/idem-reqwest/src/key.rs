@@ -14,8 +14,8 @@ pub(crate) enum CallerKey {
     Malformed,
 }
 
-/// The caller's key in `headers[name]`. The same forms a server's idem layer accepts: a quoted
-/// sf-string without escapes, or the bare key.
+/// The caller's key in `headers[name]`, read as a server's idem layer reads it
+/// ([`IdempotencyKey::from_header_value`]): a quoted sf-string without escapes, or the bare key.
 pub(crate) fn caller_key(headers: &HeaderMap, name: &HeaderName) -> CallerKey {
     let mut values = headers.get_all(name).iter();
     let Some(value) = values.next() else {
@@ -24,22 +24,12 @@ pub(crate) fn caller_key(headers: &HeaderMap, name: &HeaderName) -> CallerKey {
     if values.next().is_some() {
         return CallerKey::Malformed;
     }
-    let Ok(text) = value.to_str() else {
-        return CallerKey::Malformed;
-    };
-    let inner = match text.strip_prefix('"') {
-        Some(rest) => match rest.strip_suffix('"') {
-            // Escapes (\" and \\) are legal in sf-strings but never in a key.
-            Some(inner) if !inner.contains(['"', '\\']) => inner,
-            _ => return CallerKey::Malformed,
-        },
-        None => text,
-    };
-    IdempotencyKey::parse(inner).map_or(CallerKey::Malformed, CallerKey::Valid)
+    IdempotencyKey::from_header_value(value.as_bytes())
+        .map_or(CallerKey::Malformed, CallerKey::Valid)
 }
 
-/// `key` as the header value every attempt sends: an RFC 8941 sf-string, the form the IETF
-/// Idempotency-Key draft gives (a key's characters never need escaping).
+/// `key` as the header value every attempt sends: an RFC 8941 sf-string
+/// ([`IdempotencyKey::to_header_value`]).
 pub(crate) fn header_value(key: &IdempotencyKey) -> Option<HeaderValue> {
-    HeaderValue::try_from(format!("\"{}\"", key.as_str())).ok()
+    HeaderValue::try_from(key.to_header_value()).ok()
 }

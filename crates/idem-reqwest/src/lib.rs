@@ -110,15 +110,17 @@
 //! |---|---|
 //! | `middleware.rs` | [`RetryMiddleware`]: keys, attempts, answers, the span |
 //! | `builder.rs` | [`RetryMiddlewareBuilder`], [`MissingKey`], the defaults |
+//! | `error.rs` | [`ConfigError`]: settings the builder refused |
 //! | `writes.rs` | [`Writes`]: which requests are writes |
 //! | `key.rs` | reading the caller's key; the sf-string every attempt sends |
 //! | `attempt.rs` | one attempt's outcome as the retrier classifies it (status, reason, pushback) |
 //! | `report.rs` | [`CallReport`], [`CallFailed`], [`AttemptTimedOut`] |
-//! | `stats.rs` | [`ClientStats`], [`Failure`], [`KeySource`], metric names |
+//! | `stats.rs` | [`ClientStats`], [`KeySource`], metric names |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod attempt;
 mod builder;
+mod error;
 mod key;
 mod middleware;
 mod report;
@@ -126,7 +128,8 @@ pub mod stats;
 mod writes;
 
 pub use builder::{MissingKey, RetryMiddlewareBuilder, DEFAULT_CALL_TIMEOUT, IDEMPOTENCY_KEY};
+pub use error::ConfigError;
 pub use middleware::RetryMiddleware;
 pub use report::{AttemptTimedOut, CallFailed, CallReport};
-pub use stats::{ClientStats, Failure, KeySource};
+pub use stats::{ClientStats, KeySource};
 pub use writes::Writes;

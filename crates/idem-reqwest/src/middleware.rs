@@ -1,12 +1,12 @@
 //! The middleware: one logical call, sent as one or more attempts.
 
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use http::Extensions;
 use idem_core::run::{self, Run, StepName};
 use idem_core::{Code, Deadline, IdempotencyKey};
-use idem_retry::{Attempt, Call, Retrier, Scheduler, TokioScheduler};
+use idem_retry::{Attempt, Call, Failure, Retrier, RetryError, Scheduler, TokioScheduler};
 use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
 use tracing::Instrument;
@@ -15,7 +15,7 @@ use crate::attempt::{self, AttemptError, Failed};
 use crate::builder::{Config, MissingKey, RetryMiddlewareBuilder};
 use crate::key::{caller_key, header_value, CallerKey};
 use crate::report::{AttemptTimedOut, BoxError, CallFailed, CallReport};
-use crate::stats::{ClientStats, Counters, Failure, KeySource};
+use crate::stats::{ClientStats, Counters, KeySource};
 
 /// A [`reqwest_middleware`] middleware that sends each logical call as one or more attempts:
 /// one idempotency key per write, the same on every attempt, derived from the intent being served
@@ -117,14 +117,14 @@ use crate::stats::{ClientStats, Counters, Failure, KeySource};
 ///     .writes(Writes::methods([Method::POST, Method::PATCH, Method::PUT]))
 ///     .call_timeout(Duration::from_secs(2))
 ///     .attempt_timeout(Duration::from_millis(500))
-///     .build();
+///     .build()?;
 /// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
 ///     .with(retries.clone())
 ///     .build();
 /// // client.post("http://payments.internal/v1/charges").body(r#"{"amount":1200}"#).send().await?
 /// assert_eq!(retries.stats().retrier.calls, 0);
 /// # drop(client);
-/// # Ok::<(), idem_retry::InvalidPolicy>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
 /// # Cancellation safety
@@ -133,6 +133,7 @@ use crate::stats::{ClientStats, Counters, Failure, KeySource};
 /// server: call again with the same key (from [`CallReport::key`], [`CallFailed::key`], or one
 /// you set yourself) and the server's deduplication replays it.
 #[derive(Debug, Clone)]
+#[must_use = "a middleware does nothing until a client is built with it"]
 pub struct RetryMiddleware<S = TokioScheduler> {
     pub(crate) retrier: Retrier<S>,
     pub(crate) cfg: Arc<Config>,
@@ -142,7 +143,7 @@ pub struct RetryMiddleware<S = TokioScheduler> {
 impl RetryMiddleware<TokioScheduler> {
     /// A middleware with every default.
     pub fn new() -> Self {
-        RetryMiddleware::builder().build()
+        RetryMiddleware::builder().assemble()
     }
 
     /// A builder starting from the defaults.
@@ -247,7 +248,8 @@ where
 
         let mut first = Some(req);
         let last_ext: Mutex<Option<Extensions>> = Mutex::new(None);
-        let last_failure = AtomicUsize::new(usize::MAX);
+        // What the attempt before this one failed of (the retry it causes is counted by it).
+        let last_failure: Mutex<Option<Failure>> = Mutex::new(None);
         let attempts = AtomicU32::new(0);
         let caller_ext: &Extensions = ext;
         let result = self
@@ -255,9 +257,9 @@ where
             .call_reporting(&call, |attempt: Attempt| {
                 attempts.fetch_add(1, Relaxed);
                 if attempt.is_retry() {
-                    let why = Failure::ALL
-                        .get(last_failure.load(Relaxed))
-                        .copied()
+                    let why = last_failure
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
                         .unwrap_or(Failure::Other);
                     self.counters.retry(why);
                 }
@@ -286,7 +288,7 @@ where
                     };
                     *last_ext.lock().unwrap_or_else(PoisonError::into_inner) = Some(attempt_ext);
                     if let Err(e) = &result {
-                        last_failure.store(e.kind.index(), Relaxed);
+                        *last_failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.kind);
                     }
                     result
                 }
@@ -312,7 +314,7 @@ where
             Err(gave_up) => gave_up,
         };
         report.gave_up = Some(gave_up.reason());
-        let reason = gave_up.reason();
+        let (reason, attempts) = (gave_up.reason(), gave_up.attempts());
         let AttemptError {
             status, outcome, ..
         } = gave_up.into_error();
@@ -326,9 +328,8 @@ where
             Failed::NotResendable => Box::new(status.clone()),
         };
         Err(reqwest_middleware::Error::middleware(CallFailed {
-            reason,
+            gave_up: RetryError::new(reason, attempts, status),
             report,
-            status,
             source,
         }))
     }

@@ -6,7 +6,7 @@ use std::fmt;
 use std::time::Duration;
 
 use idem_core::{Code, IdempotencyKey, Status};
-use idem_retry::GiveUp;
+use idem_retry::{GiveUp, RetryError};
 
 use crate::stats::KeySource;
 
@@ -33,6 +33,7 @@ pub(crate) type BoxError = Box<dyn StdError + Send + Sync>;
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CallReport {
     /// Attempts made, first included.
     pub attempts: u32,
@@ -71,7 +72,7 @@ impl CallReport {
 ///
 /// ```
 /// use idem_reqwest::{CallFailed, RetryMiddleware};
-/// use idem_retry::GiveUp;
+/// use idem_retry::{GiveUp, RetryError};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
@@ -95,9 +96,9 @@ impl CallReport {
 /// ```
 #[derive(Debug)]
 pub struct CallFailed {
-    pub(crate) reason: GiveUp,
+    /// Why, after how many attempts, and the last failure.
+    pub(crate) gave_up: RetryError<Status>,
     pub(crate) report: CallReport,
-    pub(crate) status: Status,
     pub(crate) source: BoxError,
 }
 
@@ -114,7 +115,7 @@ impl CallFailed {
     /// body that cannot be sent again), no attempts were left, the deadline left no room, or the
     /// retry budget was spent.
     pub const fn reason(&self) -> GiveUp {
-        self.reason
+        self.gave_up.reason()
     }
 
     /// Attempts made, the first one included.
@@ -135,12 +136,12 @@ impl CallFailed {
 
     /// The last failure's status code.
     pub fn code(&self) -> Code {
-        self.status.code()
+        self.gave_up.error().code()
     }
 
     /// The last failure: code, message and reason.
     pub const fn status(&self) -> &Status {
-        &self.status
+        self.gave_up.error()
     }
 
     /// The reqwest error of the last attempt, if it ended in one.
@@ -152,16 +153,10 @@ impl CallFailed {
     }
 }
 
+/// The retrier's own words: `gave up after 3 attempts (no attempts were left): UNAVAILABLE: ...`.
 impl fmt::Display for CallFailed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.report.attempts;
-        let plural = if n == 1 { "" } else { "s" };
-        write!(
-            f,
-            "gave up after {n} attempt{plural} ({}): {}",
-            self.reason.explain(),
-            self.status
-        )
+        fmt::Display::fmt(&self.gave_up, f)
     }
 }
 

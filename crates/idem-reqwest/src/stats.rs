@@ -2,7 +2,7 @@
 //!
 //! | name | kind | labels | meaning |
 //! |---|---|---|---|
-//! | [`RETRIES_TOTAL`] `idem_reqwest_retries_total` | counter | `reason` = [`Failure::as_str`] | retries the middleware made, by the failure that caused them |
+//! | [`RETRIES_TOTAL`] `idem_reqwest_retries_total` | counter | `reason` ([`REASON`](idem_retry::metrics::REASON)) = [`Failure::as_str`] | retries the middleware made, by the failure that caused them |
 //! | [`KEYS_TOTAL`] `idem_reqwest_keys_total` | counter | `source` = `run` or `random` | keys the middleware made for writes that came without one: derived from the run being served, or drawn at random outside a run |
 //!
 //! The retrier the middleware drives reports its own series as well (attempts, retries,
@@ -10,15 +10,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use idem_core::Code;
-use idem_retry::RetryStats;
+use idem_retry::{Failure, FailureCounters, FailureCounts, RetryStats};
 
-/// Counter: retries by the failure that caused them (label [`LABEL_REASON`]).
+/// Counter: retries by the failure that caused them, labelled
+/// [`REASON`](idem_retry::metrics::REASON) = [`Failure::as_str`].
 pub const RETRIES_TOTAL: &str = "idem_reqwest_retries_total";
 /// Counter: keys made for writes that had none (label [`LABEL_SOURCE`]).
 pub const KEYS_TOTAL: &str = "idem_reqwest_keys_total";
-/// The label on [`RETRIES_TOTAL`]: [`Failure::as_str`].
-pub const LABEL_REASON: &str = "reason";
 /// The label on [`KEYS_TOTAL`]: [`KeySource::as_str`] (`run` or `random`).
 pub const LABEL_SOURCE: &str = "source";
 
@@ -34,67 +32,6 @@ pub(crate) fn describe() {
         KEYS_TOTAL,
         "Idempotency keys the reqwest middleware made for writes that came without one, by whether they were derived from the run being served or drawn at random."
     );
-}
-
-/// Why an attempt failed, as the middleware counts retries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Failure {
-    /// The connection failed or was lost: before the request went out, or after it (an unknown
-    /// outcome).
-    Transport,
-    /// The attempt's own timeout (the time left of the call, or the per-attempt timeout) passed.
-    Timeout,
-    /// `UNAVAILABLE`: 502 or 503.
-    Unavailable,
-    /// `RESOURCE_EXHAUSTED`: 429, usually with a `Retry-After`.
-    ResourceExhausted,
-    /// `ABORTED`: 409, the same key still running on the server, or a version conflict.
-    Aborted,
-    /// `DEADLINE_EXCEEDED`: 408 or 504 answered by the server.
-    DeadlineExceeded,
-    /// Anything else.
-    Other,
-}
-
-impl Failure {
-    /// All kinds, in table order.
-    pub const ALL: [Failure; 7] = [
-        Failure::Transport,
-        Failure::Timeout,
-        Failure::Unavailable,
-        Failure::ResourceExhausted,
-        Failure::Aborted,
-        Failure::DeadlineExceeded,
-        Failure::Other,
-    ];
-
-    /// A short name: `transport`, `timeout`, `unavailable`, `resource_exhausted`, `aborted`,
-    /// `deadline_exceeded`, `other`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Failure::Transport => "transport",
-            Failure::Timeout => "timeout",
-            Failure::Unavailable => "unavailable",
-            Failure::ResourceExhausted => "resource_exhausted",
-            Failure::Aborted => "aborted",
-            Failure::DeadlineExceeded => "deadline_exceeded",
-            Failure::Other => "other",
-        }
-    }
-
-    pub(crate) const fn index(self) -> usize {
-        self as usize
-    }
-
-    pub(crate) const fn from_code(code: Code) -> Failure {
-        match code {
-            Code::Unavailable => Failure::Unavailable,
-            Code::ResourceExhausted => Failure::ResourceExhausted,
-            Code::Aborted => Failure::Aborted,
-            Code::DeadlineExceeded => Failure::DeadlineExceeded,
-            _ => Failure::Other,
-        }
-    }
 }
 
 /// Where the key of a keyed call came from.
@@ -121,35 +58,36 @@ impl KeySource {
 
 /// A snapshot of a [`RetryMiddleware`](crate::RetryMiddleware)'s counters, shared by its clones.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ClientStats {
     /// The retrier's own counters: calls, attempts, retries and give-ups by why.
     pub retrier: RetryStats,
-    /// Retries by the failure that caused them, indexed like [`Failure::ALL`].
-    pub retries_by: [u64; 7],
     /// Keys derived from the run being served, for writes that came without one.
     pub keys_derived: u64,
     /// Keys drawn at random, for writes made without a key outside any run.
     pub keys_generated: u64,
+    /// Retries by the failure that caused them.
+    retries_by: FailureCounts,
 }
 
 impl ClientStats {
     /// Retries caused by `failure`.
     pub const fn retries(&self, failure: Failure) -> u64 {
-        self.retries_by[failure as usize]
+        self.retries_by.get(failure)
     }
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    retries_by: [AtomicU64; 7],
+    retries_by: FailureCounters,
     keys_derived: AtomicU64,
     keys_generated: AtomicU64,
 }
 
 impl Counters {
     pub(crate) fn retry(&self, why: Failure) {
-        self.retries_by[why.index()].fetch_add(1, Relaxed);
-        metrics::counter!(RETRIES_TOTAL, LABEL_REASON => why.as_str()).increment(1);
+        self.retries_by.add(why);
+        metrics::counter!(RETRIES_TOTAL, idem_retry::metrics::REASON => why.as_str()).increment(1);
     }
 
     pub(crate) fn key_made(&self, source: KeySource) {
@@ -162,15 +100,11 @@ impl Counters {
     }
 
     pub(crate) fn snapshot(&self, retrier: RetryStats) -> ClientStats {
-        let mut retries_by = [0; 7];
-        for (o, c) in retries_by.iter_mut().zip(&self.retries_by) {
-            *o = c.load(Relaxed);
-        }
         ClientStats {
             retrier,
-            retries_by,
             keys_derived: self.keys_derived.load(Relaxed),
             keys_generated: self.keys_generated.load(Relaxed),
+            retries_by: self.retries_by.snapshot(),
         }
     }
 }

@@ -27,7 +27,7 @@ async fn e15_a_call_is_a_span_with_key_source_attempts_and_outcome() {
     let (c, _guard) = capture::capture();
     let server = Server::start(vec![Reply::status(503), Reply::ok()]).await;
     let (b, _) = builder(3);
-    let http = client(b.build());
+    let http = client(b.build().unwrap());
     let report = Run::new(&inbound(), None, RunStart::Fresh)
         .attach(async {
             let response = http.post(server.url("/v1/charges")).send().await.unwrap();
@@ -66,7 +66,7 @@ async fn e15_a_give_up_is_recorded_on_its_span() {
     let (c, _guard) = capture::capture();
     let server = Server::start(vec![Reply::status(503)]).await;
     let (b, _) = builder(3);
-    let response = client(b.build())
+    let response = client(b.build().unwrap())
         .get(server.url("/v1/charges/ch_1"))
         .send()
         .await
@@ -99,7 +99,7 @@ fn e9_retries_and_keys_are_counted_and_described() {
         rt.block_on(async {
             let server = Server::start(vec![Reply::status(503), Reply::ok()]).await;
             let (b, _) = builder(3);
-            let http = client(b.build());
+            let http = client(b.build().unwrap());
             Run::new(&inbound(), None, RunStart::Fresh)
                 .attach(http.post(server.url("/v1/charges")).send())
                 .await

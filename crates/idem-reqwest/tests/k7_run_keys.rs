@@ -24,7 +24,7 @@ fn inbound() -> Scope {
 
 fn setup() -> (ClientWithMiddleware, RetryMiddleware<VirtualScheduler>) {
     let (b, _) = builder(3);
-    let mw = b.build();
+    let mw = b.build().unwrap();
     (client(mw.clone()), mw)
 }
 

@@ -23,7 +23,7 @@ async fn r8_retry_after_seconds_sets_the_next_wait_exactly() {
     ])
     .await;
     let (b, clock) = builder(4);
-    let response = client(b.build())
+    let response = client(b.build().unwrap())
         .post(server.url("/v1/charges"))
         .send()
         .await
@@ -45,7 +45,7 @@ async fn r8_retry_after_http_date_waits_until_then() {
     ])
     .await;
     let (b, clock) = builder(3);
-    let response = client(b.call_timeout(secs(60)).build())
+    let response = client(b.call_timeout(secs(60)).build().unwrap())
         .post(server.url("/v1/charges"))
         .send()
         .await
@@ -76,7 +76,7 @@ async fn r8_retry_after_zero_past_or_malformed_falls_back_to_backoff() {
         let server =
             Server::start(vec![Reply::with(503, "retry-after", &*value), Reply::ok()]).await;
         let (b, clock) = builder(3);
-        let response = client(b.build())
+        let response = client(b.build().unwrap())
             .get(server.url("/v1/charges/ch_42"))
             .send()
             .await
@@ -91,7 +91,7 @@ async fn r8_retry_after_zero_past_or_malformed_falls_back_to_backoff() {
 async fn r8_retry_after_past_the_deadline_ends_the_call() {
     let server = Server::start(vec![Reply::with(429, "retry-after", "120"), Reply::ok()]).await;
     let (b, clock) = builder(3);
-    let response = client(b.call_timeout(secs(10)).build())
+    let response = client(b.call_timeout(secs(10)).build().unwrap())
         .post(server.url("/v1/charges"))
         .send()
         .await
@@ -110,11 +110,15 @@ async fn r8_retry_after_past_the_deadline_ends_the_call() {
 async fn r8_retry_after_never_makes_an_unkeyed_write_retryable() {
     let server = Server::start(vec![Reply::with(503, "retry-after", "1"), Reply::ok()]).await;
     let (b, clock) = builder(3);
-    let response = client(b.missing_key(idem_reqwest::MissingKey::SendOnce).build())
-        .post(server.url("/v1/charges"))
-        .send()
-        .await
-        .unwrap();
+    let response = client(
+        b.missing_key(idem_reqwest::MissingKey::SendOnce)
+            .build()
+            .unwrap(),
+    )
+    .post(server.url("/v1/charges"))
+    .send()
+    .await
+    .unwrap();
     assert_eq!(response.status(), 503);
     assert_eq!(
         CallReport::of(&response).unwrap().gave_up,

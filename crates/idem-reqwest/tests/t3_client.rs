@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use idem_core::{Code, Deadline, Reason};
 use idem_reqwest::{
-    AttemptTimedOut, CallFailed, CallReport, Failure, KeySource, MissingKey, Writes,
+    AttemptTimedOut, CallFailed, CallReport, ConfigError, KeySource, MissingKey, RetryMiddleware,
+    Writes,
 };
-use idem_retry::{GiveUp, RetryBudget};
+use idem_retry::{Failure, GiveUp, RetryBudget};
 use reqwest::Method;
 use support::{builder, client, ms, sf, Reply, Server};
 
@@ -27,7 +28,7 @@ async fn t3_write_retried_through_every_failure_kind_with_one_key_r6() {
     ])
     .await;
     let (b, _clock) = builder(6);
-    let mw = b.attempt_timeout(ms(300)).build();
+    let mw = b.attempt_timeout(ms(300)).build().unwrap();
     let response = client(mw.clone())
         .post(server.url("/v1/charges"))
         .body(r#"{"amount":1200}"#)
@@ -73,7 +74,7 @@ async fn t3_the_callers_key_is_kept() {
     for given in ["order-1001-charge", "\"order-1001-charge\""] {
         let server = Server::start(vec![Reply::status(503), Reply::ok()]).await;
         let (b, _) = builder(3);
-        let mw = b.build();
+        let mw = b.build().unwrap();
         let response = client(mw.clone())
             .post(server.url("/v1/charges"))
             .header("Idempotency-Key", given)
@@ -98,7 +99,7 @@ async fn t3_the_callers_key_is_kept() {
 async fn s2_unkeyed_write_under_send_once_is_sent_once() {
     let server = Server::start(vec![Reply::status(503)]).await;
     let (b, clock) = builder(3);
-    let c = client(b.missing_key(MissingKey::SendOnce).build());
+    let c = client(b.missing_key(MissingKey::SendOnce).build().unwrap());
     let response = c.post(server.url("/v1/charges")).send().await.unwrap();
     assert_eq!(response.status(), 503);
     let report = CallReport::of(&response).cloned().unwrap();
@@ -129,7 +130,7 @@ async fn s2_write_with_a_malformed_key_is_sent_once_unchanged() {
     for bad in ["short", "\"unterminated-key-0001", "has space in it"] {
         let server = Server::start(vec![Reply::status(503)]).await;
         let (b, _) = builder(3);
-        let mw = b.build();
+        let mw = b.build().unwrap();
         let response = client(mw.clone())
             .post(server.url("/v1/charges"))
             .header("Idempotency-Key", bad)
@@ -144,7 +145,7 @@ async fn s2_write_with_a_malformed_key_is_sent_once_unchanged() {
     // Two key headers: refused by the server's rules too, so sent once.
     let server = Server::start(vec![Reply::status(503)]).await;
     let (b, _) = builder(3);
-    let response = client(b.build())
+    let response = client(b.build().unwrap())
         .post(server.url("/v1/charges"))
         .header("Idempotency-Key", "order-1001-charge")
         .header("Idempotency-Key", "order-1001-again")
@@ -160,7 +161,7 @@ async fn s2_write_with_a_malformed_key_is_sent_once_unchanged() {
 async fn t3_get_is_retried_freely_without_a_key() {
     let server = Server::start(vec![Reply::status(503), Reply::Drop, Reply::ok()]).await;
     let (b, clock) = builder(3);
-    let mw = b.missing_key(MissingKey::SendOnce).build();
+    let mw = b.missing_key(MissingKey::SendOnce).build().unwrap();
     let response = client(mw.clone())
         .get(server.url("/v1/charges/ch_42"))
         .send()
@@ -179,12 +180,13 @@ async fn t3_get_is_retried_freely_without_a_key() {
 async fn t3_writes_are_configurable() {
     let server = Server::start(vec![Reply::ok()]).await;
     let (b, _) = builder(3);
-    let c = client(b.build());
+    let c = client(b.build().unwrap());
     c.put(server.url("/v1/carts/7")).send().await.unwrap();
     let (b, _) = builder(3);
     let c = client(
         b.writes(Writes::methods([Method::POST, Method::PUT]))
-            .build(),
+            .build()
+            .unwrap(),
     );
     c.put(server.url("/v1/carts/7")).send().await.unwrap();
     let keys = server.keys();
@@ -198,7 +200,7 @@ async fn t3_writes_are_configurable() {
 async fn t3_permanent_status_is_returned_at_once_with_its_body() {
     let server = Server::start(vec![Reply::status(422)]).await;
     let (b, clock) = builder(3);
-    let response = client(b.build())
+    let response = client(b.build().unwrap())
         .post(server.url("/v1/charges"))
         .send()
         .await
@@ -227,7 +229,7 @@ async fn t3_in_flight_conflict_is_retried_plain_conflict_is_not() {
     ])
     .await;
     let (b, _) = builder(3);
-    let c = client(b.build());
+    let c = client(b.build().unwrap());
     let response = c.post(server.url("/v1/charges")).send().await.unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(CallReport::of(&response).unwrap().attempts, 2);
@@ -245,7 +247,7 @@ async fn t3_in_flight_conflict_is_retried_plain_conflict_is_not() {
 async fn t3_last_failed_response_is_returned_with_the_give_up() {
     let server = Server::start(vec![Reply::status(503)]).await;
     let (b, clock) = builder(3);
-    let response = client(b.build())
+    let response = client(b.build().unwrap())
         .post(server.url("/v1/charges"))
         .send()
         .await
@@ -269,7 +271,7 @@ async fn t3_stream_body_is_sent_once() {
     let stream = reqwest::Body::wrap(http_body_util::Full::new(bytes::Bytes::from_static(
         b"streamed",
     )));
-    let response = client(b.build())
+    let response = client(b.build().unwrap())
         .post(server.url("/v1/uploads"))
         .body(stream)
         .send()
@@ -298,7 +300,7 @@ async fn r5_spent_budget_means_no_retry() {
         .min_per_sec(0)
         .build()
         .unwrap();
-    let first = client(b.budget(budget.clone()).build());
+    let first = client(b.budget(budget.clone()).build().unwrap());
     let response = first.post(server.url("/v1/charges")).send().await.unwrap();
     assert_eq!(response.status(), 503);
     let report = CallReport::of(&response).cloned().unwrap();
@@ -306,7 +308,7 @@ async fn r5_spent_budget_means_no_retry() {
     assert!(clock.requested().is_empty());
 
     let (b, _) = builder(3);
-    let second = client(b.budget(budget).build());
+    let second = client(b.budget(budget).build().unwrap());
     let response = second
         .get(server.url("/v1/charges/ch_1"))
         .send()
@@ -322,7 +324,7 @@ async fn r5_spent_budget_means_no_retry() {
 async fn r3_deadline_stops_retries() {
     let server = Server::start(vec![Reply::with(503, "retry-after", "1"), Reply::ok()]).await;
     let (b, clock) = builder(3);
-    let c = client(b.call_timeout(ms(500)).build());
+    let c = client(b.call_timeout(ms(500)).build().unwrap());
     let response = c.post(server.url("/v1/charges")).send().await.unwrap();
     assert_eq!(response.status(), 503);
     let report = CallReport::of(&response).cloned().unwrap();
@@ -335,7 +337,7 @@ async fn r3_deadline_stops_retries() {
     // The caller's own deadline, in the request's extensions, wins over the call timeout.
     let server = Server::start(vec![Reply::with(503, "retry-after", "1"), Reply::ok()]).await;
     let (b, clock) = builder(3);
-    let c = client(b.call_timeout(Duration::from_secs(60)).build());
+    let c = client(b.call_timeout(Duration::from_secs(60)).build().unwrap());
     let response = c
         .post(server.url("/v1/charges"))
         .with_extension(Deadline::after(ms(500)))
@@ -357,7 +359,7 @@ async fn r3_deadline_stops_retries() {
 async fn r3_slow_answer_is_cut_off_at_the_deadline() {
     let server = Server::start(vec![Reply::Slow(Duration::from_secs(30))]).await;
     let (b, _) = builder(3);
-    let c = client(b.call_timeout(ms(300)).build());
+    let c = client(b.call_timeout(ms(300)).build().unwrap());
     let err = c.post(server.url("/v1/charges")).send().await.unwrap_err();
     let failed = CallFailed::of(&err).unwrap();
     assert_eq!((failed.reason(), failed.attempts()), (GiveUp::Deadline, 1));
@@ -369,4 +371,31 @@ async fn r3_slow_answer_is_cut_off_at_the_deadline() {
         "{source}"
     );
     assert!(failed.to_string().starts_with("gave up after 1 attempt ("));
+}
+
+/// T3: the middleware's builder checks what it takes: a zero call or attempt timeout leaves no
+/// time for any attempt and is refused, naming the rule; the defaults and real timeouts pass.
+#[test]
+fn t3_middleware_refuses_zero_timeouts() {
+    assert_eq!(
+        RetryMiddleware::builder()
+            .call_timeout(Duration::ZERO)
+            .build()
+            .unwrap_err(),
+        ConfigError::Invalid("call_timeout must be greater than zero (no attempt could be made)")
+    );
+    let e = RetryMiddleware::builder()
+        .attempt_timeout(Duration::ZERO)
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid middleware setting: attempt_timeout must be greater than zero (no attempt could get an answer)"
+    );
+    assert!(RetryMiddleware::builder().build().is_ok());
+    assert!(RetryMiddleware::builder()
+        .call_timeout(ms(1))
+        .attempt_timeout(Duration::from_secs(60))
+        .build()
+        .is_ok());
 }

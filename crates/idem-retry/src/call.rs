@@ -175,12 +175,14 @@ impl Call {
 
     /// Adds (or replaces) the key every attempt carries. On a
     /// [`non_idempotent`](Self::non_idempotent) call this makes it [`CallKind::Keyed`].
+    #[must_use]
     pub fn with_key(mut self, key: IdempotencyKey) -> Self {
         self.key = Some(key);
         self
     }
 
     /// Sets the deadline of the whole call (all attempts and waits).
+    #[must_use]
     pub const fn with_deadline(mut self, deadline: Deadline) -> Self {
         self.deadline = Some(deadline);
         self
@@ -188,6 +190,7 @@ impl Call {
 
     /// Declares this call's `INTERNAL` and `UNKNOWN` failures transient. They are then retried if the
     /// call is also [`Idempotent`](CallKind::Idempotent) (R2); otherwise this has no effect.
+    #[must_use]
     pub const fn declare_transient(mut self) -> Self {
         self.transient_declared = true;
         self

@@ -177,9 +177,12 @@
 //! | `classify.rs` | [`Classify`], [`classify`], [`Decision`] | R2, R8, S2, S3 |
 //! | `deadline.rs` | [`check_retry`], [`leaves_room`] | R3 |
 //! | `scheduler.rs` | [`Scheduler`], [`TokioScheduler`], [`VirtualScheduler`] | R4 |
-//! | `budget.rs` | [`RetryBudget`] | R5 |
-//! | `retrier.rs`, `error.rs` | [`Retrier`], [`RetryError`] | R1–R6, R8 |
-//! | `metrics.rs`, `stats.rs` | metric names, [`GiveUp`], [`RetryStats`] | |
+//! | `budget/`: `mod.rs`, `builder.rs`, `window.rs` | [`RetryBudget`], [`RetryBudgetBuilder`], the sliding window and the floor's token bucket | R5 |
+//! | `retrier/`: `mod.rs`, `attempts.rs`, `refresh.rs` | [`Retrier`] and its calls; one call's attempt loop, span and give-up; the refresh step of `ABORTED` retries | R1–R6, R8 |
+//! | `error.rs` | [`RetryError`] | R3, R5 |
+//! | `pushback.rs` | [`parse_retry_after`], [`status_from_http`]: HTTP's `Retry-After`, an HTTP answer as a client retries it | R8 |
+//! | `failure.rs` | [`Failure`]: why an attempt failed, as client layers count retries; [`FailureCounters`], [`FailureCounts`] | E9 |
+//! | `metrics.rs`, `stats.rs` | metric names, [`GiveUp`], [`RetryStats`] | E9, E15 |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod budget;
@@ -187,6 +190,7 @@ mod call;
 mod classify;
 mod deadline;
 mod error;
+mod failure;
 pub mod metrics;
 mod policy;
 mod pushback;
@@ -203,12 +207,13 @@ pub use call::{Attempt, Call, CallKind};
 pub use classify::{classify, Classify, Decision, NotRetryable, Wait};
 pub use deadline::{check_retry, leaves_room};
 pub use error::RetryError;
+pub use failure::{Failure, FailureCounters, FailureCounts};
 pub use metrics::GiveUp;
 pub use policy::{
     InvalidPolicy, RetryPolicy, RetryPolicyBuilder, DEFAULT_BASE_DELAY, DEFAULT_JITTER,
     DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_DELAY, DEFAULT_MIN_ATTEMPT_TIME, DEFAULT_MULTIPLIER,
 };
-pub use pushback::parse_retry_after;
+pub use pushback::{parse_retry_after, status_from_http};
 pub use random::{FixedRandom, RandomSource, SplitMix64};
 pub use retrier::Retrier;
 pub use scheduler::{Release, Scheduler, TokioScheduler, VirtualScheduler, VirtualSleep};

@@ -35,11 +35,13 @@ pub const ATTEMPTS: &str = "idem_retry_attempts_total";
 pub const RETRIES: &str = "idem_retry_retries_total";
 /// Counter: calls that ended on a failure, labelled [`REASON`] = [`GiveUp::as_str`].
 pub const GIVE_UPS: &str = "idem_retry_give_ups_total";
-/// The label on [`GIVE_UPS`].
+/// The label on [`GIVE_UPS`] ([`GiveUp::as_str`]), and on the retry counters of idem's client
+/// layers ([`Failure::as_str`](crate::Failure::as_str)).
 pub const REASON: &str = "reason";
 
 /// Why a failed call was not retried again; the `reason` label of [`GIVE_UPS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum GiveUp {
     /// The classifier said no (R2, S2), or the refresh step of an `ABORTED` call was missing
     /// or failed.
@@ -58,7 +60,7 @@ pub enum GiveUp {
 
 impl GiveUp {
     /// All five reasons.
-    pub const ALL: [GiveUp; 5] = [
+    pub const ALL: &'static [GiveUp] = &[
         GiveUp::NotRetryable,
         GiveUp::Attempts,
         GiveUp::Deadline,

@@ -188,6 +188,7 @@ impl fmt::Debug for RetryPolicy {
 ///
 /// Every setter starts from the default listed on [`RetryPolicy`].
 #[derive(Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct RetryPolicyBuilder {
     max_attempts: u32,
     base_delay: Duration,
@@ -262,25 +263,27 @@ impl RetryPolicyBuilder {
     /// `base_delay <= max_delay`, `multiplier` finite and `>= 1`, `jitter` in `[0, 1)`.
     pub fn build(self) -> Result<RetryPolicy, InvalidPolicy> {
         if self.max_attempts == 0 {
-            return Err(InvalidPolicy(
+            return Err(InvalidPolicy::Invalid(
                 "max_attempts must be at least 1 (it counts the first attempt)",
             ));
         }
         if self.base_delay.is_zero() {
-            return Err(InvalidPolicy(
+            return Err(InvalidPolicy::Invalid(
                 "base_delay must be greater than zero (a retry is never immediate)",
             ));
         }
         if self.base_delay > self.max_delay {
-            return Err(InvalidPolicy("base_delay must not exceed max_delay"));
+            return Err(InvalidPolicy::Invalid(
+                "base_delay must not exceed max_delay",
+            ));
         }
         if !(self.multiplier.is_finite() && self.multiplier >= 1.0) {
-            return Err(InvalidPolicy(
+            return Err(InvalidPolicy::Invalid(
                 "multiplier must be a finite number of at least 1",
             ));
         }
         if !(self.jitter.is_finite() && (0.0..1.0).contains(&self.jitter)) {
-            return Err(InvalidPolicy("jitter must be in [0, 1)"));
+            return Err(InvalidPolicy::Invalid("jitter must be in [0, 1)"));
         }
         Ok(RetryPolicy {
             max_attempts: self.max_attempts,
@@ -315,20 +318,31 @@ impl fmt::Debug for RetryPolicyBuilder {
     }
 }
 
-/// A [`RetryPolicy`] (or [`RetryBudget`](crate::RetryBudget)) rule was broken; the message names it.
+/// Why a [`RetryPolicy`] or [`RetryBudget`](crate::RetryBudget) was refused by its builder; the
+/// message names the rule, in words.
+///
+/// ```
+/// use idem_retry::{InvalidPolicy, RetryPolicy};
+///
+/// let err = RetryPolicy::builder().max_attempts(0).build().unwrap_err();
+/// assert!(matches!(err, InvalidPolicy::Invalid(rule) if rule.contains("max_attempts")));
+/// assert_eq!(
+///     err.to_string(),
+///     "invalid retry policy: max_attempts must be at least 1 (it counts the first attempt)"
+/// );
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct InvalidPolicy(pub(crate) &'static str);
-
-impl InvalidPolicy {
-    /// The broken rule, in words.
-    pub const fn rule(&self) -> &'static str {
-        self.0
-    }
+#[non_exhaustive]
+pub enum InvalidPolicy {
+    /// A setting is out of range; the text names the rule it broke.
+    Invalid(&'static str),
 }
 
 impl fmt::Display for InvalidPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid retry policy: {}", self.0)
+        match self {
+            InvalidPolicy::Invalid(rule) => write!(f, "invalid retry policy: {rule}"),
+        }
     }
 }
 

@@ -1,4 +1,5 @@
-//! Reading a server's pushback off the wire: HTTP's `Retry-After`.
+//! Reading a server's answer off the wire as a client retries it: HTTP's `Retry-After`, and an
+//! HTTP answer's status, reason and pushback together.
 //!
 //! # Why a parser here
 //!
@@ -10,6 +11,8 @@
 //! each of them.
 
 use std::time::{Duration, SystemTime};
+
+use idem_core::{Code, Reason, Status};
 
 /// The wait an HTTP `Retry-After` value asks for, measured from `now`; `None` when the value is
 /// neither of the two forms HTTP defines.
@@ -51,4 +54,37 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     }
     let at = httpdate::parse_http_date(value).ok()?;
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// What an HTTP answer says to a client that retries it, as a [`Status`]: the code its status
+/// stands for ([`Code::from_http_status`]), the message `HTTP <status>`, the server's reason (its
+/// `idem-reason` header, [`idem_core::headers::REASON`]) and its `Retry-After` as the retry-after
+/// ([`parse_retry_after`], against the system clock). Every HTTP client built on the retrier reads
+/// an answer with it, so the same answer is retried the same way by each of them.
+///
+/// `reason` and `retry_after` are the header values, if the answer has them.
+///
+/// ```
+/// use idem_core::{Code, Reason};
+/// use idem_retry::status_from_http;
+/// use std::time::Duration;
+///
+/// let busy = status_from_http(503, Some("UPSTREAM_UNAVAILABLE"), Some("2"));
+/// assert_eq!(busy.code(), Code::Unavailable);
+/// assert_eq!(busy.reason(), Some(&Reason::UPSTREAM_UNAVAILABLE));
+/// assert_eq!(busy.retry_after(), Some(Duration::from_secs(2)));
+/// assert_eq!(busy.message(), "HTTP 503");
+///
+/// let ok = status_from_http(201, None, Some("soon"));
+/// assert_eq!((ok.code(), ok.retry_after()), (Code::Ok, None));
+/// ```
+pub fn status_from_http(status: u16, reason: Option<&str>, retry_after: Option<&str>) -> Status {
+    let mut read = Status::new(Code::from_http_status(status), format!("HTTP {status}"));
+    if let Some(r) = reason {
+        read = read.with_reason(Reason::new(r.to_owned()));
+    }
+    if let Some(after) = retry_after.and_then(|v| parse_retry_after(v, SystemTime::now())) {
+        read = read.with_retry_after(after);
+    }
+    read
 }

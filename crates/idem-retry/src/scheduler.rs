@@ -217,6 +217,7 @@ impl Scheduler for VirtualScheduler {
 
 /// A wait handed out by a [`VirtualScheduler`].
 #[derive(Debug)]
+#[must_use = "futures do nothing unless you `.await` or poll them"]
 pub struct VirtualSleep {
     shared: Arc<Mutex<Virtual>>,
     id: usize,

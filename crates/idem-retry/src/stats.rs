@@ -7,6 +7,7 @@ use crate::metrics::{self, GiveUp};
 /// A snapshot of a [`Retrier`](crate::Retrier)'s counters, from
 /// [`Retrier::stats`](crate::Retrier::stats). Clones of a retrier share them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RetryStats {
     /// Calls started.
     pub calls: u64,

@@ -12,10 +12,8 @@ use idem_core::IdempotencyKey;
 use idem_dedup::tiered::TierStats;
 use idem_dedup::{Deduplicator, Engine, Stats};
 use idem_redis::{RedisTier, TieredEngine};
-use idem_retry::{GiveUp, RetryBudget, RetryPolicy};
-use idem_tower::{
-    CallFailed, CallReport, ClientStats, Failure, RetryLayer, StoredResponse, Writes,
-};
+use idem_retry::{Failure, GiveUp, RetryBudget, RetryPolicy};
+use idem_tower::{CallFailed, CallReport, ClientStats, RetryLayer, StoredResponse, Writes};
 use tonic::transport::Endpoint;
 
 use crate::faults::StatusFaults;
@@ -400,7 +398,7 @@ async fn drive<D: Deduplicator<Value = StoredResponse>>(
         .writes(Writes::paths(WRITES))
         .call_timeout(Duration::from_secs(20))
         .attempt_timeout(cfg.attempt_timeout)
-        .build();
+        .build()?;
 
     // Scrape /metrics while the run goes on; keep the peak of the summed in-flight gauge.
     let running = Arc::new(AtomicBool::new(true));

@@ -1,4 +1,5 @@
-//! Header names idem reads and writes, in one place.
+//! Header names idem reads and writes, in one place, as `http::HeaderName`s (the names shared
+//! with idem's other crates are [`idem_core::headers`]'s).
 //!
 //! | name | direction | meaning | requirement |
 //! |---|---|---|---|
@@ -16,10 +17,10 @@
 use http::HeaderName;
 
 /// The idempotency-key header on gRPC routes: `x-idempotency-key`.
-pub const GRPC_KEY: HeaderName = HeaderName::from_static("x-idempotency-key");
+pub const GRPC_KEY: HeaderName = HeaderName::from_static(idem_core::headers::GRPC_KEY);
 /// The idempotency-key header on HTTP routes: `idempotency-key` (the IETF draft's name;
 /// header names are case-insensitive, so `Idempotency-Key` is the same header).
-pub const HTTP_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+pub const HTTP_KEY: HeaderName = HeaderName::from_static(idem_core::headers::HTTP_KEY);
 /// The conventional tenant header, read only when opted in: `x-tenant-id`.
 pub const TENANT: HeaderName = HeaderName::from_static("x-tenant-id");
 /// Marks a response that was not produced by this request's own run: `idempotent-replayed: true`.
@@ -27,9 +28,10 @@ pub const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 /// When the stored result expires, as an HTTP-date: `idempotent-expires-at`.
 pub const EXPIRES_AT: HeaderName = HeaderName::from_static("idempotent-expires-at");
 /// The machine-readable reason of an error (`STOCK_CONFLICT`, `ENGINE_FULL`, ...): `idem-reason`.
-pub const REASON: HeaderName = HeaderName::from_static("idem-reason");
+pub const REASON: HeaderName = HeaderName::from_static(idem_core::headers::REASON);
 /// gRPC's server pushback, in milliseconds: `grpc-retry-pushback-ms`.
-pub const GRPC_PUSHBACK_MS: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
+pub const GRPC_PUSHBACK_MS: HeaderName =
+    HeaderName::from_static(idem_core::headers::GRPC_PUSHBACK_MS);
 /// HTTP's retry-after, in seconds (or an HTTP-date): `retry-after`.
 pub const RETRY_AFTER: HeaderName = http::header::RETRY_AFTER;
 /// Attempts made before this one: `grpc-previous-rpc-attempts`.

@@ -68,7 +68,7 @@
 //! | step | refused with (gRPC / HTTP) |
 //! |---|---|
 //! | not listed by [`Writes`] and no key header | passed through untouched |
-//! | not listed by [`Writes`], keyed, but declared a read ([`Reads`]) or an HTTP `GET`, `HEAD`, `OPTIONS`, `TRACE` | passed through untouched; counted ([`KEYED_PASSTHROUGH_TOTAL`]) and logged at `DEBUG` |
+//! | not listed by [`Writes`], keyed, but declared a read ([`Reads`]) or an HTTP `GET`, `HEAD`, `OPTIONS`, `TRACE` | passed through untouched; counted ([`KEYED_PASSTHROUGH_TOTAL`](metrics::KEYED_PASSTHROUGH_TOTAL)) and logged at `DEBUG` |
 //! | not listed by [`Writes`], keyed: a key declares a write | deduplicated, as every write below |
 //! | no tenant ([`TenantSource`]: a [`Tenant`] extension by default, set by a layer *outside* this one such as [`SetTenantLayer`]; a header only by opt-in) | `UNAUTHENTICATED` / 401 |
 //! | no key header | `INVALID_ARGUMENT` / 400 |
@@ -109,7 +109,7 @@
 //!         RetryLayer::builder()
 //!             .writes(Writes::paths(["/shop.v1.Shop/CreateOrder"]))
 //!             .call_timeout(Duration::from_secs(2))
-//!             .build(),
+//!             .build()?,
 //!     )
 //!     .service(channel);
 //! // let mut shop = ShopClient::new(channel); // the generated tonic client
@@ -123,21 +123,26 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | `server/` | [`IdemLayer`], [`IdemService`] |
-//! | `client/` | [`RetryLayer`], [`RetryService`], [`CallFailed`], [`ClientStats`] |
+//! | `server/` | [`IdemLayer`], [`IdemLayerBuilder`], [`IdemService`]: admission, the body limit, the run and what is stored, large responses, the marks on the answer, refusals |
+//! | `client/` | [`RetryLayer`], [`RetryLayerBuilder`], [`RetryService`]: keys, one call and its attempts, pushback, [`CallReport`], [`CallFailed`], [`ClientStats`] |
+//! | `error.rs` | [`ConfigError`]: settings a layer's builder refused |
 //! | `stored.rs`, `body.rs` | [`StoredResponse`], [`ReplayBody`], body types |
 //! | `key_header.rs`, `tenant.rs`, `writes.rs` | [`key_from_headers`], [`Tenant`], [`Writes`], [`Reads`] |
 //! | `set_tenant.rs` | [`SetTenantLayer`]: the tenant from headers or metadata, outside [`IdemLayer`] |
-//! | `server/keyed.rs`, `server/refused.rs` | keyed requests off the write rule; the layer's counters |
-//! | `protocol.rs`, `reject.rs`, [`headers`] | gRPC vs HTTP, error rendering, header names |
+//! | `decision.rs`, `fingerprint.rs` | [`Deduplicated`]: what was decided; [`request_fingerprint`] |
+//! | `protocol.rs`, `reject.rs` | [`Protocol`]: gRPC or HTTP, reading outcomes; rendering errors |
+//! | [`headers`], [`metrics`] | header names; metric names |
+//! | [`wire`] | the stored-response record, `grpc-timeout`, error responses |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod body;
 mod client;
 mod decision;
+mod error;
 mod fingerprint;
 pub mod headers;
 mod key_header;
+pub mod metrics;
 mod protocol;
 mod reject;
 mod server;
@@ -148,19 +153,18 @@ pub mod wire;
 mod writes;
 
 pub use body::{ReplayBody, RequestBody, ResendableBody, ResponseBody, StreamedBody};
-pub use client::stats::{KEYS_DERIVED_TOTAL, KEYS_GENERATED_TOTAL, LABEL_REASON, RETRIES_TOTAL};
 pub use client::{
-    AttemptTimedOut, CallFailed, CallReport, ClientStats, Failure, MissingKey, RetryFuture,
-    RetryLayer, RetryLayerBuilder, RetryService, DEFAULT_CALL_TIMEOUT,
+    AttemptTimedOut, CallFailed, CallReport, ClientStats, MissingKey, RetryFuture, RetryLayer,
+    RetryLayerBuilder, RetryService, DEFAULT_CALL_TIMEOUT,
 };
 pub use decision::Deduplicated;
+pub use error::ConfigError;
 pub use fingerprint::request_fingerprint;
-pub use key_header::{key_from_headers, KeyHeaderError};
-pub use protocol::{format_grpc_timeout, parse_grpc_timeout, Protocol};
-pub use reject::{error_response, ERROR_DOMAIN};
+pub use key_header::key_from_headers;
+pub use protocol::Protocol;
 pub use server::{
     IdemFuture, IdemLayer, IdemLayerBuilder, IdemService, DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_STORED_BYTES, KEYED_PASSTHROUGH_TOTAL, REFUSED_TOTAL,
+    DEFAULT_MAX_STORED_BYTES,
 };
 pub use set_tenant::{SetTenant, SetTenantLayer};
 pub use stored::StoredResponse;

@@ -1,6 +1,6 @@
 //! gRPC or plain HTTP: how a request is recognised and how its outcome is read.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use http::HeaderMap;
 use idem_core::{Code, Reason, Status};
@@ -78,9 +78,16 @@ pub(crate) fn response_status(
             .or_else(|| headers.get(name))
             .and_then(|v| v.to_str().ok())
     };
+    if protocol == Protocol::Http {
+        return idem_retry::status_from_http(
+            http_status,
+            get(&headers::REASON),
+            get(&headers::RETRY_AFTER),
+        );
+    }
     let code = response_code(protocol, http_status, headers, trailers);
-    let message = match protocol {
-        Protocol::Grpc if http_status == 200 => trailers
+    let message = match http_status {
+        200 => trailers
             .and_then(grpc_message)
             .or_else(|| grpc_message(headers))
             .unwrap_or_default(),
@@ -90,13 +97,9 @@ pub(crate) fn response_status(
     if let Some(r) = get(&headers::REASON) {
         status = status.with_reason(Reason::new(r.to_owned()));
     }
-    let pushback = match protocol {
-        Protocol::Grpc => get(&headers::GRPC_PUSHBACK_MS)
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_millis),
-        Protocol::Http => get(&headers::RETRY_AFTER)
-            .and_then(|v| idem_retry::parse_retry_after(v, SystemTime::now())),
-    };
+    let pushback = get(&headers::GRPC_PUSHBACK_MS)
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_millis);
     if let Some(after) = pushback {
         status = status.with_retry_after(after);
     }
@@ -156,54 +159,6 @@ fn grpc_code_from_http(status: u16) -> Code {
         429 | 502 | 503 | 504 => Code::Unavailable,
         _ => Code::Unknown,
     }
-}
-
-/// Parses `grpc-timeout` (`1-8 digits` + `H`, `M`, `S`, `m`, `u` or `n`).
-///
-/// ```
-/// use idem_tower::{format_grpc_timeout, parse_grpc_timeout};
-/// use std::time::Duration;
-/// assert_eq!(parse_grpc_timeout("250m"), Some(Duration::from_millis(250)));
-/// assert_eq!(parse_grpc_timeout("2S"), Some(Duration::from_secs(2)));
-/// assert_eq!(parse_grpc_timeout("2x"), None);
-/// assert_eq!(parse_grpc_timeout(&format_grpc_timeout(Duration::from_millis(1500))), Some(Duration::from_millis(1500)));
-/// ```
-pub fn parse_grpc_timeout(v: &str) -> Option<Duration> {
-    let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
-    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let n: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(n * 3600),
-        "M" => Duration::from_secs(n * 60),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    })
-}
-
-/// Formats a duration as `grpc-timeout` (at most 8 digits, the finest unit that fits; rounded up
-/// so a deadline is never shortened to zero).
-pub fn format_grpc_timeout(d: Duration) -> String {
-    const MAX: u128 = 99_999_999;
-    let nanos = d.as_nanos().max(1);
-    for (unit, per) in [
-        ("n", 1u128),
-        ("u", 1_000),
-        ("m", 1_000_000),
-        ("S", 1_000_000_000),
-        ("M", 60_000_000_000),
-        ("H", 3_600_000_000_000),
-    ] {
-        let v = nanos.div_ceil(per);
-        if v <= MAX {
-            return format!("{v}{unit}");
-        }
-    }
-    format!("{MAX}H")
 }
 
 #[cfg(test)]

@@ -9,12 +9,13 @@ use crate::{headers, Protocol};
 /// An error response the way the server layer answers its own refusals, for middleware of your
 /// own that must answer like it (T2, T6): on gRPC a trailers-only response whose
 /// `grpc-status-details-bin` (with feature `grpc`, the default) carries a `google.rpc.Status` with `ErrorInfo` (the status' reason,
-/// domain [`ERROR_DOMAIN`]) and `RetryInfo` (its retry-after); on HTTP an RFC 9457
+/// domain [`ERROR_DOMAIN`](idem_core::ERROR_DOMAIN)) and `RetryInfo` (its retry-after); on HTTP an RFC 9457
 /// `application/problem+json` document with `Retry-After`.
 ///
 /// ```
 /// use idem_core::{Code, Reason, Status};
-/// use idem_tower::{error_response, Protocol};
+/// use idem_tower::wire::error_response;
+/// use idem_tower::Protocol;
 /// let status = Status::new(Code::ResourceExhausted, "slow down").with_reason(Reason::RATE_LIMITED);
 /// let http = error_response(Protocol::Http, &status);
 /// assert_eq!(http.status(), 429);
@@ -43,9 +44,6 @@ pub(crate) fn render(
         Protocol::Http => problem(status, http),
     }
 }
-
-/// The `ErrorInfo.domain` of every error the layer answers itself (T6): idem-core's.
-pub use idem_core::ERROR_DOMAIN;
 
 /// Without tonic (feature `grpc` off): the same trailers-only response, minus the details.
 #[cfg(not(feature = "grpc"))]

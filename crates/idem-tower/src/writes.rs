@@ -164,7 +164,7 @@ impl fmt::Debug for Writes {
 /// say). The [`Writes`] rule comes first: a request it lists is a write, whatever this says.
 ///
 /// Every keyed request let through as a read is counted in
-/// [`KEYED_PASSTHROUGH_TOTAL`](crate::KEYED_PASSTHROUGH_TOTAL) and logged at `DEBUG`, so one
+/// [`KEYED_PASSTHROUGH_TOTAL`](crate::metrics::KEYED_PASSTHROUGH_TOTAL) and logged at `DEBUG`, so one
 /// that should have been a write shows. HTTP's safe methods (`GET`, `HEAD`, `OPTIONS`,
 /// `TRACE`) are reads by definition and always pass, counted the same way.
 ///

@@ -54,6 +54,7 @@ fn layer() -> RetryLayer {
     RetryLayer::builder()
         .writes(idem_tower::Writes::paths(["/shop.v1.Shop/CreateOrder"]))
         .build()
+        .unwrap()
 }
 
 /// E15: a keyed write that succeeds on its third attempt is one `idem_tower.client` span
@@ -133,8 +134,8 @@ fn e15_every_client_metric_is_described() {
         described.insert(name);
     }
     for name in [
-        idem_tower::RETRIES_TOTAL,
-        idem_tower::KEYS_GENERATED_TOTAL,
+        idem_tower::metrics::RETRIES_TOTAL,
+        idem_tower::metrics::KEYS_GENERATED_TOTAL,
         idem_retry::metrics::ATTEMPTS,
         idem_retry::metrics::RETRIES,
     ] {

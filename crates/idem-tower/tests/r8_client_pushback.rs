@@ -104,6 +104,7 @@ fn layer() -> RetryLayer {
         .budget(RetryBudget::builder().ratio(1.0).build().unwrap())
         .call_timeout(Duration::from_secs(30))
         .build()
+        .unwrap()
 }
 
 fn read() -> Request<Full<Bytes>> {
@@ -264,7 +265,8 @@ async fn t6_given_up_status_keeps_the_servers_retry_info() {
                 .build()
                 .unwrap(),
         )
-        .build();
+        .build()
+        .unwrap();
     let svc = layer.layer(scripted(
         vec![with_retry_info(Some(ms(750)), &[])],
         Arrivals::default(),

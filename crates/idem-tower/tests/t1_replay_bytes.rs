@@ -13,7 +13,7 @@ use idem_dedup::Engine;
 use idem_shop::faults::StatusFaults;
 use idem_shop::pb::CreateOrderRequest;
 use idem_shop::{grpc, Shop, WRITES};
-use idem_tower::{IdemLayer, Writes};
+use idem_tower::{ConfigError, IdemLayer, Writes};
 use prost_like::encode;
 
 mod prost_like {
@@ -120,4 +120,53 @@ async fn t1_replay_of_a_success_matches_byte_for_byte_trailers_included() {
 async fn t1_replay_of_a_stored_trailers_only_failure_matches_byte_for_byte() {
     // NOT_FOUND declared permanent (E13): stored and replayed, grpc-status in the headers.
     assert_replay_is_byte_for_byte("no-such-book", "5").await;
+}
+
+/// E13, T2: the server layer's builder refuses what it cannot honour, naming the rule: a
+/// retryable code among the failures to store (the client's retry would get the stored failure
+/// back), `OK` (always stored), a zero body or stored-bytes limit.
+#[tokio::test]
+async fn e13_layer_builder_refuses_retryable_codes_and_zero_limits() {
+    let engine = Engine::builder().build().unwrap();
+    let layer = || IdemLayer::builder(engine.clone());
+    for code in [
+        Code::Unavailable,
+        Code::ResourceExhausted,
+        Code::DeadlineExceeded,
+        Code::Aborted,
+    ] {
+        let e = layer()
+            .store_failures(CodeSet::EMPTY.with(Code::NotFound).with(code))
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(e, ConfigError::Invalid(rule) if rule.contains("retryable code")),
+            "{code}: {e}"
+        );
+    }
+    let e = layer()
+        .store_failures(CodeSet::EMPTY.with(Code::Ok))
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid layer setting: store_failures must not contain OK: successes are always stored"
+    );
+    for e in [
+        layer().max_body_bytes(0).build().unwrap_err(),
+        layer().max_stored_bytes(0).build().unwrap_err(),
+    ] {
+        assert_eq!(
+            e,
+            ConfigError::Invalid("max_body_bytes and max_stored_bytes must be greater than zero")
+        );
+    }
+    assert!(layer()
+        .store_failures(
+            CodeSet::EMPTY
+                .with(Code::NotFound)
+                .with(Code::FailedPrecondition)
+        )
+        .build()
+        .is_ok());
 }

@@ -10,10 +10,11 @@ use bytes::Bytes;
 use http::{HeaderMap, Request, Response};
 use http_body_util::{BodyExt, Full};
 use idem_core::{Code, Reason};
-use idem_retry::{FixedRandom, GiveUp, RetryBudget, RetryPolicy};
+use idem_retry::{Failure, FixedRandom, GiveUp, RetryBudget, RetryPolicy};
+use idem_tower::wire::parse_grpc_timeout;
 use idem_tower::{
-    parse_grpc_timeout, AttemptTimedOut, BoxError, CallFailed, CallReport, Failure, MissingKey,
-    ReplayBody, RetryLayer, Writes,
+    AttemptTimedOut, BoxError, CallFailed, CallReport, ConfigError, MissingKey, ReplayBody,
+    RetryLayer, Writes,
 };
 use parking_lot_free::Log;
 use tower::{Layer, ServiceExt};
@@ -121,6 +122,7 @@ fn layer(max_attempts: u32) -> RetryLayer {
         .call_timeout(Duration::from_secs(5))
         .attempt_timeout(Duration::from_millis(200))
         .build()
+        .unwrap()
 }
 
 /// The `CallFailed` a give-up's error downcasts to.
@@ -216,7 +218,8 @@ async fn t3_client_never_retries_a_write_without_key_s2() {
     let layer = RetryLayer::builder()
         .writes(Writes::paths(["/shop.v1.Shop/CreateOrder"]))
         .missing_key(MissingKey::SendOnce)
-        .build();
+        .build()
+        .unwrap();
     let svc = layer.layer(scripted(vec![Step::Grpc(14, None), Step::Ok], log.clone()));
     let err = svc
         .oneshot(grpc_request("/shop.v1.Shop/CreateOrder"))
@@ -302,7 +305,8 @@ async fn t3_client_http_statuses_and_retry_after() {
     let log = Arc::new(Log::default());
     let layer = RetryLayer::builder()
         .policy(RetryPolicy::builder().max_attempts(4).build().unwrap())
-        .build(); // HTTP POST is a write by default
+        .build()
+        .unwrap(); // HTTP POST is a write by default
     let svc = layer.layer(scripted(
         vec![
             Step::Http(503, None),
@@ -366,7 +370,8 @@ async fn t3_give_up_error_says_why_and_after_how_many_attempts() {
                 .build()
                 .unwrap(),
         )
-        .build();
+        .build()
+        .unwrap();
     let svc = spent.layer(scripted(vec![Step::Grpc(14, None)], Arc::default()));
     let failed = call_failed(
         svc.oneshot(grpc_request("/shop.v1.Shop/GetBook"))
@@ -386,7 +391,8 @@ async fn t3_give_up_error_says_why_and_after_how_many_attempts() {
                 .unwrap(),
         )
         .call_timeout(Duration::from_millis(100))
-        .build();
+        .build()
+        .unwrap();
     let svc = short.layer(scripted(vec![Step::Grpc(14, None)], Arc::default()));
     let failed = call_failed(
         svc.oneshot(grpc_request("/shop.v1.Shop/GetBook"))
@@ -480,4 +486,31 @@ async fn t3_tonic_client_reads_the_give_up_from_the_status_source() {
     assert_eq!((failed.reason(), failed.attempts()), (GiveUp::Attempts, 3));
     assert!(failed.key().is_some());
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
+}
+
+/// T3: the client layer's builder checks what it takes: a zero call or attempt timeout leaves no
+/// time for any attempt and is refused, naming the rule; the defaults and real timeouts pass.
+#[test]
+fn t3_client_layer_refuses_zero_timeouts() {
+    assert_eq!(
+        RetryLayer::builder()
+            .call_timeout(Duration::ZERO)
+            .build()
+            .unwrap_err(),
+        ConfigError::Invalid("call_timeout must be greater than zero (no attempt could be made)")
+    );
+    let e = RetryLayer::builder()
+        .attempt_timeout(Duration::ZERO)
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid layer setting: attempt_timeout must be greater than zero (no attempt could get an answer)"
+    );
+    assert!(RetryLayer::builder().build().is_ok());
+    assert!(RetryLayer::builder()
+        .call_timeout(Duration::from_millis(1))
+        .attempt_timeout(Duration::from_secs(60))
+        .build()
+        .is_ok());
 }

@@ -56,7 +56,8 @@ async fn t3_tonic_caller_sees_unavailable_unknown_outcome_when_every_reply_was_d
         )
         .writes(Writes::paths(WRITES))
         .call_timeout(Duration::from_secs(10))
-        .build();
+        .build()
+        .unwrap();
     let channel = tower::ServiceBuilder::new().layer(layer).service(
         Endpoint::from_shared(format!("http://{}", proxy.addr))
             .unwrap()
@@ -72,7 +73,7 @@ async fn t3_tonic_caller_sees_unavailable_unknown_outcome_when_every_reply_was_d
         .cloned()
         .unwrap_or_else(|| panic!("an ErrorInfo in {status:?}"));
     assert_eq!(info.reason, "UNKNOWN_OUTCOME");
-    assert_eq!(info.domain, idem_tower::ERROR_DOMAIN);
+    assert_eq!(info.domain, idem_core::ERROR_DOMAIN);
     assert_eq!(
         status.metadata().get("idem-reason").unwrap(),
         "UNKNOWN_OUTCOME"

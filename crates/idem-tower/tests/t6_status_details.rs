@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
+use idem_core::ERROR_DOMAIN;
 use idem_dedup::{Engine, InFlightPolicy};
 use idem_shop::faults::StatusFaults;
 use idem_shop::pb::shop_client::ShopClient;
 use idem_shop::pb::CreateOrderRequest;
 use idem_shop::{grpc, Shop};
-use idem_tower::{IdemLayer, RequestBody, StoredResponse, Tenant, Writes, ERROR_DOMAIN};
+use idem_tower::{IdemLayer, RequestBody, StoredResponse, Tenant, Writes};
 use prost::Message;
 use tonic::metadata::MetadataMap;
 use tonic_types::StatusExt;

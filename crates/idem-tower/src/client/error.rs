@@ -7,9 +7,10 @@ use idem_core::{Code, IdempotencyKey, Status};
 use idem_retry::{GiveUp, RetryError};
 
 use crate::body::ReplayBody;
+use crate::client::attempt::{AttemptError, Failed};
 #[cfg(feature = "grpc")]
 use crate::client::pushback::{status_details, GRPC_STATUS_DETAILS};
-use crate::client::{AttemptError, AttemptTimedOut, CallReport, Failed};
+use crate::client::{AttemptTimedOut, CallReport};
 #[cfg(feature = "grpc")]
 use crate::headers;
 use crate::{BoxError, Protocol};
@@ -82,9 +83,9 @@ use crate::{BoxError, Protocol};
 /// | HTTP attempt timed out | [`AttemptTimedOut`](crate::AttemptTimedOut) | none |
 #[derive(Debug)]
 pub struct CallFailed {
-    reason: GiveUp,
+    /// Why, after how many attempts, and the last failure.
+    gave_up: RetryError<Status>,
     report: CallReport,
-    status: Status,
     response: Option<Box<Response<ReplayBody>>>,
     source: BoxError,
 }
@@ -96,7 +97,7 @@ impl CallFailed {
         report: CallReport,
         gave_up: RetryError<AttemptError>,
     ) -> Self {
-        let reason = gave_up.reason();
+        let (reason, attempts) = (gave_up.reason(), gave_up.attempts());
         let AttemptError {
             status, outcome, ..
         } = gave_up.into_error();
@@ -110,9 +111,8 @@ impl CallFailed {
             },
         };
         CallFailed {
-            reason,
+            gave_up: RetryError::new(reason, attempts, status),
             report,
-            status,
             response,
             source,
         }
@@ -122,7 +122,7 @@ impl CallFailed {
     /// deadline left no room, the retry budget was spent, or the server's pushback said not to
     /// retry (R3, R5, R8).
     pub const fn reason(&self) -> GiveUp {
-        self.reason
+        self.gave_up.reason()
     }
 
     /// Attempts made, the first one included.
@@ -143,13 +143,13 @@ impl CallFailed {
 
     /// The last failure's status code.
     pub fn code(&self) -> Code {
-        self.status.code()
+        self.gave_up.error().code()
     }
 
     /// The last failure: code, message, `idem-reason` and retry-after. A transport error is
     /// `UNAVAILABLE` with reason `UNKNOWN_OUTCOME`; an attempt timeout is `DEADLINE_EXCEEDED`.
     pub const fn status(&self) -> &Status {
-        &self.status
+        self.gave_up.error()
     }
 
     /// The last attempt's response, if the server answered.
@@ -163,16 +163,10 @@ impl CallFailed {
     }
 }
 
+/// The retrier's own words: `gave up after 3 attempts (no attempts were left): UNAVAILABLE: ...`.
 impl fmt::Display for CallFailed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.report.attempts;
-        let plural = if n == 1 { "" } else { "s" };
-        write!(
-            f,
-            "gave up after {n} attempt{plural} ({}): {}",
-            self.reason.explain(),
-            self.status
-        )
+        fmt::Display::fmt(&self.gave_up, f)
     }
 }
 

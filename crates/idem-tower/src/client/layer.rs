@@ -9,7 +9,7 @@ use tower::Layer;
 
 use crate::client::stats::{ClientStats, Counters};
 use crate::client::RetryService;
-use crate::{headers, Writes};
+use crate::{headers, ConfigError, Writes};
 
 /// Default deadline of a whole call (every attempt and wait) when the request carries no
 /// `grpc-timeout`: 10 s.
@@ -68,13 +68,14 @@ pub(crate) struct ClientConfig {
 ///     .writes(Writes::paths(["/shop.v1.Shop/CreateOrder"]))
 ///     .call_timeout(Duration::from_secs(2))
 ///     .attempt_timeout(Duration::from_millis(500))
-///     .build();
+///     .build()?;
 /// // let channel = tower::ServiceBuilder::new().layer(layer.clone()).service(channel);
 /// // let client = ShopClient::new(channel);
 /// assert_eq!(layer.stats().retrier.calls, 0);
-/// # Ok::<(), idem_retry::InvalidPolicy>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone)]
+#[must_use = "a layer does nothing until it wraps a service"]
 pub struct RetryLayer {
     pub(crate) retrier: Retrier,
     pub(crate) cfg: Arc<ClientConfig>,
@@ -84,7 +85,7 @@ pub struct RetryLayer {
 impl RetryLayer {
     /// A layer with every default.
     pub fn new() -> Self {
-        RetryLayer::builder().build()
+        RetryLayer::builder().assemble()
     }
 
     /// A builder starting from the defaults.
@@ -130,6 +131,7 @@ impl<S> Layer<S> for RetryLayer {
 
 /// Builds a [`RetryLayer`]; every setting has a default (see [`RetryLayer`]).
 #[derive(Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct RetryLayerBuilder {
     policy: RetryPolicy,
     budget: RetryBudget,
@@ -167,14 +169,15 @@ impl RetryLayerBuilder {
         self
     }
 
-    /// Deadline of a whole call when the request carries no `grpc-timeout`. Default: 10 s.
+    /// Deadline of a whole call when the request carries no `grpc-timeout`; greater than zero.
+    /// Default: 10 s.
     pub fn call_timeout(mut self, d: Duration) -> Self {
         self.cfg.call_timeout = d;
         self
     }
 
     /// Longest one attempt may take (capped by the time left), so a slow answer leaves time for a
-    /// retry. Default: none.
+    /// retry; greater than zero. Default: none.
     pub fn attempt_timeout(mut self, d: Duration) -> Self {
         self.cfg.attempt_timeout = Some(d);
         self
@@ -186,8 +189,30 @@ impl RetryLayerBuilder {
         self
     }
 
-    /// The layer. Describes its metrics to the installed recorder (Prometheus `# HELP`).
-    pub fn build(self) -> RetryLayer {
+    /// The layer, or the first rule its settings break. Describes its metrics to the installed
+    /// recorder (Prometheus `# HELP`).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Invalid`] naming the rule: a zero [`call_timeout`](Self::call_timeout) or
+    /// [`attempt_timeout`](Self::attempt_timeout), which would leave no time for any attempt.
+    pub fn build(self) -> Result<RetryLayer, ConfigError> {
+        if self.cfg.call_timeout.is_zero() {
+            return Err(ConfigError::Invalid(
+                "call_timeout must be greater than zero (no attempt could be made)",
+            ));
+        }
+        if self.cfg.attempt_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(ConfigError::Invalid(
+                "attempt_timeout must be greater than zero (no attempt could get an answer)",
+            ));
+        }
+        Ok(self.assemble())
+    }
+
+    /// The layer of these settings, which [`build`](Self::build) has checked (or which are the
+    /// defaults).
+    fn assemble(self) -> RetryLayer {
         crate::client::stats::describe();
         RetryLayer {
             retrier: Retrier::new(self.policy).with_budget(self.budget),

@@ -3,15 +3,9 @@
 
 use http::Request;
 
+use crate::metrics::KEYED_PASSTHROUGH_TOTAL;
 use crate::server::ServerConfig;
 use crate::Protocol;
-
-/// Counter: requests that carried an idempotency key and that the server layer passed through as
-/// reads, not deduplicated, by `protocol` (`grpc`, `http`) and `rule`: `reads` (the layer's
-/// declared [`Reads`](crate::Reads)) or `safe_method` (an HTTP `GET`, `HEAD`, `OPTIONS` or
-/// `TRACE`). A rise where none is expected is a write missing from the layer's
-/// [`Writes`](crate::Writes) and declared a read by mistake.
-pub const KEYED_PASSTHROUGH_TOTAL: &str = "idem_layer_keyed_passthrough_total";
 
 /// Whether a request that the write rule does not list is a write all the same: it carries its
 /// protocol's key header and is neither an HTTP safe method nor a declared read. A keyed request

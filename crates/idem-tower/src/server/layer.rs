@@ -4,11 +4,11 @@ use std::sync::Arc;
 
 use http::HeaderName;
 use idem_core::{Code, CodeSet};
-use idem_dedup::{ConfigError, Deduplicator, Engine};
+use idem_dedup::{Deduplicator, Engine};
 use tower::Layer;
 
 use crate::server::IdemService;
-use crate::{headers, Protocol, Reads, StoredResponse, TenantSource, Writes};
+use crate::{headers, ConfigError, Protocol, Reads, StoredResponse, TenantSource, Writes};
 
 /// Default limit on a write's request body: 1 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -131,6 +131,7 @@ pub(crate) struct ServerConfig {
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
+#[must_use = "a layer does nothing until it wraps a service"]
 pub struct IdemLayer<D = Engine<StoredResponse>> {
     engine: D,
     cfg: Arc<ServerConfig>,
@@ -169,6 +170,7 @@ impl<S, D: Clone> Layer<S> for IdemLayer<D> {
 
 /// Builds an [`IdemLayer`]; every setting has a default (see [`IdemLayer`]).
 #[derive(Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct IdemLayerBuilder<D = Engine<StoredResponse>> {
     engine: D,
     cfg: ServerConfig,
@@ -200,14 +202,6 @@ impl ServerConfig {
     }
 }
 
-/// Codes a retry must be able to run again after: storing them would replay the outage.
-const RETRYABLE: [Code; 4] = [
-    Code::Unavailable,
-    Code::ResourceExhausted,
-    Code::DeadlineExceeded,
-    Code::Aborted,
-];
-
 impl<D> IdemLayerBuilder<D> {
     /// Which requests are writes (deduplicated). A request it does not list is a write all the
     /// same when it carries the idempotency key header, unless [`reads`](Self::reads) declares
@@ -218,7 +212,7 @@ impl<D> IdemLayerBuilder<D> {
     }
 
     /// Requests passed through as reads even when they carry an idempotency key: counted in
-    /// [`KEYED_PASSTHROUGH_TOTAL`](crate::KEYED_PASSTHROUGH_TOTAL) and logged at `DEBUG`, never
+    /// [`KEYED_PASSTHROUGH_TOTAL`](crate::metrics::KEYED_PASSTHROUGH_TOTAL) and logged at `DEBUG`, never
     /// deduplicated (see [`Reads`]). The [`writes`](Self::writes) rule comes first. HTTP's safe
     /// methods (`GET`, `HEAD`, `OPTIONS`, `TRACE`) are always reads. Default:
     /// [`Reads::none`], so every keyed request is deduplicated.
@@ -287,7 +281,7 @@ impl<D> IdemLayerBuilder<D> {
     /// [`ConfigError::Invalid`] naming the rule: a retryable code or `OK` in
     /// [`store_failures`](Self::store_failures), a zero body or stored-bytes limit.
     pub fn build(self) -> Result<IdemLayer<D>, ConfigError> {
-        if RETRYABLE.iter().any(|c| self.cfg.store_codes.contains(*c)) {
+        if self.cfg.store_codes.intersects(CodeSet::RETRYABLE) {
             return Err(ConfigError::Invalid(
                 "store_failures must not contain a retryable code (UNAVAILABLE, \
                  RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED, ABORTED): the client's retry would get \

@@ -1,38 +1,47 @@
 //! The server side: deduplicate writes through the engine (T1, T1a, T2, R7).
+//!
+//! | file | what |
+//! |---|---|
+//! | `mod.rs` | [`IdemService`]: which requests are writes, and the order of what happens to one |
+//! | `layer.rs` | [`IdemLayer`], [`IdemLayerBuilder`], the settings and their defaults |
+//! | `keyed.rs` | keyed requests the write rule does not list |
+//! | `admit.rs` | the checks before the body is read (tenant, key, scope, declared length); refusals |
+//! | `write.rs` | reading the body within the limit, fingerprint, deadline, the run through the deduplicator |
+//! | `run.rs`, `collect.rs` | the engine's action: one call of the inner service, its response read up to the stored-bytes limit |
+//! | `large.rs` | a response over that limit: streamed to its caller, a compact record stored |
+//! | `respond.rs` | the answer, marked (`idempotent-replayed`, `idempotent-expires-at`, [`Deduplicated`](crate::Deduplicated)) |
+//! | `refused.rs` | counting the layer's refusals |
 
+mod admit;
+mod collect;
 mod keyed;
+mod large;
 mod layer;
 mod refused;
+mod respond;
+mod run;
+mod write;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::SystemTime;
 
 use bytes::Bytes;
 use futures::TryFutureExt;
-use http::{Request, Response, StatusCode};
-use http_body::{Body, Frame};
+use http::{Request, Response};
+use http_body::Body;
 use http_body_util::{Either, Full};
-use idem_core::{Code, Deadline, Reason, Scope, Status};
-use idem_dedup::{DedupError, Deduplicator, Engine, OutcomeKind, Source};
-use tokio::sync::oneshot;
+use idem_dedup::{Deduplicator, Engine};
 use tower::{Service, ServiceExt};
 
-pub use keyed::KEYED_PASSTHROUGH_TOTAL;
 pub(crate) use layer::ServerConfig;
 pub use layer::{IdemLayer, IdemLayerBuilder, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_STORED_BYTES};
-pub use refused::REFUSED_TOTAL;
 
-use crate::body::{read_limited, Joined, ReadError, RequestBody, ResponseBody, StreamedBody};
-use crate::protocol::{response_code, response_status};
-use crate::request_fingerprint;
-use crate::stored::FailedResponse;
-use crate::{
-    headers, key_from_headers, reject, BoxError, Deduplicated, Protocol, StoredResponse,
-    TenantSource,
-};
+use crate::body::{RequestBody, ResponseBody};
+use crate::server::admit::admit;
+use crate::server::write::{write, Job, RunConfig};
+use crate::{BoxError, Protocol, StoredResponse};
 
 /// The service made by [`IdemLayer`]: runs each write once per (tenant, method, key) and replays
 /// the stored response to every duplicate (T1), through any [`Deduplicator`] (T5): the in-process
@@ -42,10 +51,10 @@ use crate::{
 /// the idempotency key header of its protocol (a key is a declaration of intent) and is neither
 /// declared a read ([`Reads`](crate::Reads)) nor an HTTP `GET`, `HEAD`, `OPTIONS` or `TRACE`.
 /// Any other request passes through untouched; the keyed ones among them are counted
-/// ([`KEYED_PASSTHROUGH_TOTAL`]) and logged at `DEBUG`. For a write, in order:
+/// ([`KEYED_PASSTHROUGH_TOTAL`](crate::metrics::KEYED_PASSTHROUGH_TOTAL)) and logged at `DEBUG`. For a write, in order:
 ///
 /// 1. the tenant ([`TenantSource`](crate::TenantSource)); none → `UNAUTHENTICATED` / 401 (T1a);
-/// 2. the key header ([`key_from_headers`]); missing, malformed or repeated →
+/// 2. the key header ([`key_from_headers`](crate::key_from_headers)); missing, malformed or repeated →
 ///    `INVALID_ARGUMENT` / 400 (T2);
 /// 3. the body: a `content-length` over the limit is refused at once, a streamed body is read
 ///    only up to the limit → `INVALID_ARGUMENT` / 413 (T2);
@@ -59,12 +68,12 @@ use crate::{
 ///    never stored.
 ///
 /// Replays and joins carry `idempotent-replayed: true`; every stored response carries
-/// `idempotent-expires-at`. The inner service finds the request's [`Scope`] and the
+/// `idempotent-expires-at`. The inner service finds the request's [`Scope`](idem_core::Scope) and the
 /// deduplicator's run context (for a tiered engine, the claim's
 /// [`FencingToken`](idem_dedup::remote::FencingToken); `()` for an [`Engine`]) and the
 /// [`Run`](idem_core::run::Run) it is part of in the request's extensions (the run is also the
 /// current one while the handler runs, so idem's client layers inside derive the keys they send
-/// downstream from it); every deduplicated response carries a [`Deduplicated`] extension saying what was
+/// downstream from it); every deduplicated response carries a [`Deduplicated`](crate::Deduplicated) extension saying what was
 /// decided. Errors are gRPC statuses on gRPC routes (a trailers-only response
 /// whose `grpc-message` names the rule) and `application/problem+json` on HTTP routes.
 ///
@@ -155,444 +164,4 @@ where
             scope,
         ))
     }
-}
-
-/// A refusal made by the layer (counted by reason and status), as the service's response.
-fn refusal<B>(
-    protocol: Protocol,
-    status: &Status,
-    http: Option<StatusCode>,
-) -> Response<ResponseBody<B>> {
-    let response = reject::render(protocol, status, http);
-    refused::count(status, &response);
-    response.map(|b| Either::Right(Either::Left(b)))
-}
-
-/// The checks a write passes before its body is read (T1a, T2, K3): a tenant, one well-formed
-/// key, a valid scope, a declared length within the limit. Returns the scope, or the refusal.
-// The refusal is the response itself, handed straight back; boxing it would only add an
-// allocation to each refused request.
-#[allow(clippy::result_large_err)]
-fn admit<B: Body, ResB>(
-    cfg: &ServerConfig,
-    protocol: Protocol,
-    parts: &http::request::Parts,
-    body: &B,
-) -> Result<Scope, Response<ResponseBody<ResB>>> {
-    let refuse = |status: Status, http: Option<StatusCode>| refusal(protocol, &status, http);
-    let Some(tenant) = cfg.tenant.tenant(parts) else {
-        return Err(refuse(missing_tenant(&cfg.tenant), None));
-    };
-    let key_header = cfg.key_header(protocol);
-    let key = match key_from_headers(&parts.headers, key_header) {
-        Ok(Some(key)) => key,
-        Ok(None) => {
-            return Err(refuse(
-                Status::new(
-                    Code::InvalidArgument,
-                    format!(
-                        "this request changes data and needs an idempotency key: send the \
-                         `{key_header}` header with 8-64 characters of A-Z a-z 0-9 _ -, the same \
-                         on every retry"
-                    ),
-                )
-                .with_reason(Reason::MISSING_IDEMPOTENCY_KEY),
-                None,
-            ))
-        }
-        Err(e) => {
-            return Err(refuse(
-                Status::new(Code::InvalidArgument, e.to_string())
-                    .with_reason(Reason::INVALID_IDEMPOTENCY_KEY),
-                None,
-            ))
-        }
-    };
-    // A tenant or path over its limit is the scope's fault, not the key's (INVALID_SCOPE).
-    let scope = Scope::new(tenant.as_str(), parts.uri.path(), &key)
-        .map_err(|e| refuse(Status::from(e), None))?;
-    // T2: refuse oversized bodies without buffering them.
-    let limit = cfg.max_body_bytes;
-    let declared = parts
-        .headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) || body.size_hint().lower() > limit as u64 {
-        let (status, http) = reject::too_large(limit);
-        return Err(refuse(status, http));
-    }
-    Ok(scope)
-}
-
-/// The refusal of a write without a tenant: `UNAUTHENTICATED`, reason `MISSING_TENANT`, saying
-/// where the layer looked, so a server whose authentication runs too late (inside the layer, as
-/// a tonic interceptor on the service does) learns why from the first refused call.
-fn missing_tenant(source: &TenantSource) -> Status {
-    let message: std::borrow::Cow<'static, str> = match source {
-        TenantSource::Extension => "this request changes data and needs an authenticated tenant, \
-            and none was found: if it carried credentials, the server's authentication did not \
-            put a `Tenant` in the request's extensions before the idempotency layer ran (it must \
-            be a layer outside the idempotency layer; a tonic interceptor on the service runs \
-            inside it, too late)"
-            .into(),
-        TenantSource::Header(name) => format!(
-            "this request changes data and needs an authenticated tenant, and none was found: \
-             the `{name}` header, which the gateway in front of this server sets, is missing, \
-             empty or repeated"
-        )
-        .into(),
-    };
-    Status::new(Code::Unauthenticated, message).with_reason(Reason::new("MISSING_TENANT"))
-}
-
-/// One write's run: what the engine's action takes, on the heap so that the futures that carry
-/// the action until it runs (this layer's, the engine's) hold a pointer, not the request.
-struct Job<S, B, ResB> {
-    inner: S,
-    request: Request<RequestBody<B>>,
-    run: RunConfig,
-    /// Where a response too large to store goes to the caller that ran it (E16).
-    large: Option<oneshot::Sender<Large<ResB>>>,
-}
-
-/// A write that passed [`admit`]: reads the body, then runs it through the engine and answers.
-async fn write<S, D, B, ResB>(
-    mut job: Box<Job<S, B, ResB>>,
-    body: B,
-    engine: D,
-    cfg: Arc<ServerConfig>,
-    scope: Scope,
-) -> Result<Response<ResponseBody<ResB>>, S::Error>
-where
-    D: Deduplicator<Value = StoredResponse>,
-    S: Service<Request<RequestBody<B>>, Response = Response<ResB>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<BoxError> + Send + 'static,
-    B: Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-    ResB: Body<Data = Bytes> + Send + 'static,
-    ResB::Error: Into<BoxError>,
-{
-    let protocol = job.run.protocol;
-    let limit = cfg.max_body_bytes;
-    let bytes = match read_limited(body, limit).await {
-        Ok(bytes) => bytes,
-        Err(ReadError::TooLarge) => {
-            let (status, http) = reject::too_large(limit);
-            return Ok(refusal(protocol, &status, http));
-        }
-        Err(ReadError::Failed(e)) => {
-            let status = Status::new(
-                Code::Cancelled,
-                format!("could not read the request body: {e}"),
-            );
-            return Ok(refusal(protocol, &status, None));
-        }
-    };
-    let request = &mut job.request;
-    // K6: the whole request, not just its body.
-    let fingerprint = request_fingerprint(
-        request.method(),
-        request.uri(),
-        request.headers(),
-        &cfg.fingerprint_headers,
-        &bytes,
-    );
-    let deadline = match protocol {
-        Protocol::Grpc => request
-            .headers()
-            .get(headers::GRPC_TIMEOUT)
-            .and_then(|v| v.to_str().ok())
-            .and_then(crate::parse_grpc_timeout)
-            .map(Deadline::after),
-        Protocol::Http => None,
-    };
-    *request.body_mut() = Either::Right(Full::new(bytes));
-    request.extensions_mut().insert(scope.clone());
-    let (large_tx, mut large_rx) = oneshot::channel();
-    job.large = Some(large_tx);
-    // The closure holds only the job's pointer: moving it into the engine's futures is cheap.
-    let action = move |context: D::Context| {
-        job.request.extensions_mut().insert(context);
-        run_once(job)
-    };
-    let result = match deadline {
-        Some(d) => {
-            engine
-                .execute_with_deadline(&scope, fingerprint, d, action)
-                .await
-        }
-        None => engine.execute(&scope, fingerprint, action).await,
-    };
-    let streamed = large_rx.try_recv().ok();
-    Ok(respond(protocol, scope, result, streamed))
-}
-
-/// The answer to a write: the streamed response of a run too large to store, the stored or
-/// replayed response with the layer's marks, the inner service's own failure, or a refusal.
-fn respond<ResB>(
-    protocol: Protocol,
-    scope: Scope,
-    result: Result<idem_dedup::Outcome<StoredResponse>, DedupError>,
-    streamed: Option<Large<ResB>>,
-) -> Response<ResponseBody<ResB>> {
-    let mut response = match (&result, streamed) {
-        (Ok(outcome), Some(large)) if outcome.kind() == OutcomeKind::Executed => {
-            Response::from_parts(
-                large.parts,
-                Either::Right(StreamedBody::new(large.read, large.rest)),
-            )
-        }
-        (Err(DedupError::Action { .. }), Some(large)) => Response::from_parts(
-            large.parts,
-            Either::Right(StreamedBody::new(large.read, large.rest)),
-        ),
-        (Ok(outcome), _) => outcome
-            .value()
-            .to_marked_response(
-                outcome.kind() != OutcomeKind::Executed,
-                // Another instance's result: when it leaves the shared record is not known
-                // here, and the local copy's expiry could be later, so the header is left out.
-                (!matches!(outcome.source(), Source::OtherInstance | Source::FailOpen))
-                    .then(|| wall_clock(outcome.expires_at())),
-            )
-            .map(Either::Left),
-        (Err(DedupError::Action { status, outcome }), None) => {
-            match std::error::Error::source(status).and_then(|s| s.downcast_ref::<FailedResponse>())
-            {
-                Some(failed) => failed
-                    .0
-                    .to_marked_response(*outcome != OutcomeKind::Executed, None),
-                None => reject::render(protocol, status, None),
-            }
-            .map(Either::Left)
-        }
-        (Err(e), _) => {
-            let status = e.to_status();
-            let response = reject::render(protocol, &status, None);
-            refused::count(&status, &response);
-            response.map(Either::Left)
-        }
-    };
-    response
-        .extensions_mut()
-        .insert(Deduplicated::new(scope, &result));
-    response.map(Either::Right)
-}
-
-/// What the action needs to know besides the request.
-#[derive(Debug, Clone, Copy)]
-struct RunConfig {
-    protocol: Protocol,
-    store_codes: idem_core::CodeSet,
-    max_stored: usize,
-}
-
-/// A response over the stored-bytes limit, handed to the caller that ran it.
-struct Large<B> {
-    parts: http::response::Parts,
-    read: Vec<Frame<Bytes>>,
-    rest: Option<Pin<Box<B>>>,
-}
-
-/// A response over the stored-bytes limit: handed on to the caller that ran it; in its place a
-/// compact record is stored if the response counts as a success (HTTP: its status; gRPC: its
-/// status comes after the body, so a response that far along counts as one), else nothing.
-fn large_response<B>(
-    parts: http::response::Parts,
-    read: Vec<Frame<Bytes>>,
-    rest: Option<Pin<Box<B>>>,
-    run: RunConfig,
-    large: Option<oneshot::Sender<Large<B>>>,
-) -> Result<StoredResponse, Status> {
-    let status = response_status(run.protocol, parts.status.as_u16(), &parts.headers, None);
-    let storable = match run.protocol {
-        Protocol::Grpc => parts.status == StatusCode::OK,
-        Protocol::Http => status.code() == Code::Ok || run.store_codes.contains(status.code()),
-    };
-    let original = parts.status;
-    let location: Vec<_> = [http::header::LOCATION, http::header::CONTENT_LOCATION]
-        .into_iter()
-        .filter_map(|h| parts.headers.get(&h).map(|v| (h, v.clone())))
-        .collect();
-    // The caller may be gone (its run was handed off): then nobody reads the rest.
-    if let Some(large) = large {
-        let _ = large.send(Large { parts, read, rest });
-    }
-    if !storable {
-        return Err(status);
-    }
-    let note = Status::new(
-        Code::AlreadyExists,
-        format!(
-            "this request already ran (its answer was {} {}), but its response was over the \
-             {} bytes this server stores, so it cannot be replayed; look the result up{}",
-            original.as_u16(),
-            original.canonical_reason().unwrap_or(""),
-            run.max_stored,
-            if location.is_empty() {
-                ""
-            } else {
-                " at the Location header"
-            }
-        ),
-    )
-    .with_reason(Reason::RESPONSE_NOT_STORED);
-    let (mut head, body) = reject::render(run.protocol, &note, None).into_parts();
-    for (name, value) in location {
-        head.headers.insert(name, value);
-    }
-    let (data, trailers) = body.into_parts();
-    Ok(StoredResponse::from_parts(head, data, trailers))
-}
-
-/// The engine's action: one call of the inner service (R7: once), its response collected up to
-/// the stored-bytes limit. Past the limit, the response goes on to the caller streamed, and a
-/// compact record is stored in its place (E16).
-async fn run_once<S, B, ResB>(mut job: Box<Job<S, B, ResB>>) -> Result<StoredResponse, Status>
-where
-    S: Service<Request<RequestBody<B>>, Response = Response<ResB>> + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<BoxError>,
-    ResB: Body<Data = Bytes> + Send + 'static,
-    ResB::Error: Into<BoxError>,
-{
-    let (run, large) = (job.run, job.large.take());
-    // K7: the handler finds the run it is part of among the request's extensions too (the
-    // engine made it current for this future; see `idem_core::run`).
-    if let Some(current) = idem_core::run::Run::current() {
-        job.request.extensions_mut().insert(current);
-    }
-    // Moved straight out of the box into the call: no copy of the request stays in this future.
-    let response = job.inner.oneshot(job.request).await.map_err(|e| {
-        let e: BoxError = e.into();
-        Status::new(Code::Internal, format!("the request's handler failed: {e}"))
-    })?;
-    let (parts, body) = response.into_parts();
-    let body_failed = |e: ResB::Error| {
-        let e: BoxError = e.into();
-        Status::new(
-            Code::Internal,
-            format!("the request's handler failed while sending its response: {e}"),
-        )
-    };
-    let head_bytes: usize = parts
-        .headers
-        .iter()
-        .map(|(k, v)| k.as_str().len() + v.len())
-        .sum();
-    let budget = run.max_stored.saturating_sub(head_bytes);
-    let hint = body.size_hint();
-    let read = if hint.upper().is_some_and(|n| n <= budget as u64) {
-        // Known to fit (a handler's `String`, `Json`, an empty body): read where it is, no box.
-        let mut body = std::pin::pin!(body);
-        let mut read = read_stored(body.as_mut(), budget)
-            .await
-            .map_err(body_failed)?;
-        if let Some(frame) = read.over.take() {
-            // It sent more than its size hint promised: read the rest too; the caller gets it
-            // all, nothing is stored (E16).
-            let mut frames = read.into_frames(frame);
-            while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
-                frames.push(frame.map_err(body_failed)?);
-            }
-            return large_response(parts, frames, None, run, large);
-        }
-        read
-    } else if hint.lower() > budget as u64 {
-        return large_response(parts, Vec::new(), Some(Box::pin(body)), run, large);
-    } else {
-        // On the heap, so what is left of it can be handed on after part was read.
-        let mut body = Box::pin(body);
-        let mut read = read_stored(body.as_mut(), budget)
-            .await
-            .map_err(body_failed)?;
-        if let Some(frame) = read.over.take() {
-            let frames = read.into_frames(frame);
-            return large_response(parts, frames, Some(body), run, large);
-        }
-        read
-    };
-    let code = response_code(
-        run.protocol,
-        parts.status.as_u16(),
-        &parts.headers,
-        read.trailers.as_ref(),
-    );
-    let stored = StoredResponse::from_parts(parts, read.data.into_bytes(), read.trailers);
-    if code == Code::Ok || run.store_codes.contains(code) {
-        return Ok(stored);
-    }
-    // A failure: its whole status (message, reason, pushback) only now.
-    let status = response_status(
-        run.protocol,
-        stored.status().as_u16(),
-        stored.headers(),
-        stored.trailers(),
-    );
-    Err(status.with_source(FailedResponse(stored)))
-}
-
-/// A response body read up to the stored-bytes budget.
-struct Read {
-    data: Joined,
-    trailers: Option<http::HeaderMap>,
-    /// The frame that went over the budget, if one did (the body is then not all read).
-    over: Option<Frame<Bytes>>,
-}
-
-impl Read {
-    /// The frames read so far, as the caller is to get them: the data, then `next`.
-    fn into_frames(self, next: Frame<Bytes>) -> Vec<Frame<Bytes>> {
-        let mut frames = Vec::with_capacity(3);
-        if self.data.len() > 0 {
-            frames.push(Frame::data(self.data.into_bytes()));
-        }
-        // (Trailers end a body, so a frame after them is not expected; kept in order if one is.)
-        frames.extend(self.trailers.map(Frame::trailers));
-        frames.push(next);
-        frames
-    }
-}
-
-/// Reads `body` until it ends or a frame would take it over `budget` bytes (data, or a trailer
-/// block's names and values).
-async fn read_stored<B: Body<Data = Bytes>>(
-    mut body: Pin<&mut B>,
-    mut budget: usize,
-) -> Result<Read, B::Error> {
-    let mut read = Read {
-        data: Joined::default(),
-        trailers: None,
-        over: None,
-    };
-    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
-        let frame = frame?;
-        let size = match (frame.data_ref(), frame.trailers_ref()) {
-            (Some(d), _) => d.len(),
-            (None, Some(t)) => t.iter().map(|(k, v)| k.as_str().len() + v.len()).sum(),
-            _ => 0,
-        };
-        if size > budget {
-            read.over = Some(frame);
-            break;
-        }
-        budget -= size;
-        match frame.into_data() {
-            Ok(data) => read.data.push(data),
-            Err(frame) => {
-                if let Ok(t) = frame.into_trailers() {
-                    read.trailers = Some(t);
-                }
-            }
-        }
-    }
-    Ok(read)
-}
-
-/// A tokio instant as wall-clock time.
-fn wall_clock(at: tokio::time::Instant) -> SystemTime {
-    let now = tokio::time::Instant::now();
-    SystemTime::now() + at.saturating_duration_since(now)
 }

@@ -1,14 +1,10 @@
-//! Counting the layer's own answers that refuse a write (E9, E15): metric names in one place.
+//! Counting the layer's own answers that refuse a write.
 
 use http::Response;
 use idem_core::Status;
 
 use crate::body::ReplayBody;
-
-/// Counter: writes the server layer answered itself without running them (no tenant, no or bad
-/// key, body too large, conflict, in flight, full, ...), by `reason` and the HTTP `status` of the
-/// answer (a gRPC answer counts under the HTTP status its code maps to).
-pub const REFUSED_TOTAL: &str = "idem_layer_refused_total";
+use crate::metrics::REFUSED_TOTAL;
 
 /// Counts one refusal (and describes the metric the first time).
 pub(crate) fn count(status: &Status, response: &Response<ReplayBody>) {

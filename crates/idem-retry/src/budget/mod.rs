@@ -11,13 +11,17 @@
 //! letting it burst: the floor is a token bucket of `min_per_sec` tokens refilled at
 //! `min_per_sec` per second, whatever the window's length.
 
+mod builder;
+mod window;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::policy::InvalidPolicy;
+pub use builder::RetryBudgetBuilder;
+use window::Window;
 
 /// Default cap on retries as a fraction of requests in the window (R5).
 pub const DEFAULT_BUDGET_RATIO: f64 = 0.1;
@@ -26,13 +30,6 @@ pub const DEFAULT_BUDGET_RATIO: f64 = 0.1;
 pub const DEFAULT_MIN_RETRIES_PER_SEC: u32 = 10;
 /// Default length of the sliding window (R5).
 pub const DEFAULT_BUDGET_WINDOW: Duration = Duration::from_secs(10);
-
-/// The window is kept as this many slots; the oldest slot drops out as time moves on.
-const SLOTS: usize = 10;
-
-/// One floor token, in the bucket's unit: the bucket refills `min_per_sec` units per nanosecond,
-/// so integer arithmetic is exact (no float drift between refills).
-const TOKEN: u128 = 1_000_000_000;
 
 /// A sliding-window retry budget, shared by every call and task that holds a clone (R5).
 ///
@@ -156,65 +153,9 @@ struct Inner {
     refused: AtomicU64,
 }
 
-#[derive(Debug)]
-struct Window {
-    /// Which slot-length period each slot holds; `u64::MAX` for never used.
-    epochs: [u64; SLOTS],
-    requests: [u64; SLOTS],
-    retries: [u64; SLOTS],
-    /// The floor's bucket, in units of [`TOKEN`] per token, as of `floor_at`.
-    floor: u128,
-    /// When `floor` was last refilled (nanoseconds since the budget's origin).
-    floor_at: u128,
-}
-
-impl Window {
-    /// Refills the floor's bucket up to `now` (nanoseconds since the origin), capped at `rate`
-    /// tokens, and takes one token if there is one; returns whether it took one.
-    fn take_floor_token(&mut self, now: u128, rate: u128) -> bool {
-        let elapsed = now.saturating_sub(self.floor_at);
-        self.floor_at = self.floor_at.max(now);
-        let cap = rate.saturating_mul(TOKEN);
-        self.floor = self
-            .floor
-            .saturating_add(elapsed.saturating_mul(rate))
-            .min(cap);
-        if self.floor >= TOKEN {
-            self.floor -= TOKEN;
-            true
-        } else {
-            false
-        }
-    }
-
-    /// Makes `epoch`'s slot current (clearing what it held before) and returns its index.
-    fn slot(&mut self, epoch: u64) -> usize {
-        let i = (epoch % SLOTS as u64) as usize;
-        if self.epochs[i] != epoch {
-            self.epochs[i] = epoch;
-            self.requests[i] = 0;
-            self.retries[i] = 0;
-        }
-        i
-    }
-
-    /// Requests and retries in the `SLOTS` periods ending with `epoch`.
-    fn totals(&self, epoch: u64) -> (u64, u64) {
-        let mut req = 0;
-        let mut ret = 0;
-        for i in 0..SLOTS {
-            let e = self.epochs[i];
-            if e <= epoch && epoch - e < SLOTS as u64 {
-                req += self.requests[i];
-                ret += self.retries[i];
-            }
-        }
-        (req, ret)
-    }
-}
-
 /// A view of a [`RetryBudget`]'s window, from [`RetryBudget::snapshot`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BudgetSnapshot {
     /// Requests deposited in the current window.
     pub requests: u64,
@@ -228,9 +169,7 @@ impl RetryBudget {
     /// A budget with the defaults: 10% of requests, a floor of 10 retries/s (bursts of at most
     /// 10), a 10 s window.
     pub fn new() -> Self {
-        RetryBudgetBuilder::new()
-            .build()
-            .expect("the defaults are valid")
+        RetryBudgetBuilder::new().assemble()
     }
 
     /// A builder starting from the defaults.
@@ -299,109 +238,6 @@ impl RetryBudget {
 
 impl Default for RetryBudget {
     /// [`RetryBudget::new`].
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-/// Builds a [`RetryBudget`]; [`build`](Self::build) checks every rule.
-#[derive(Debug, Clone, Copy)]
-pub struct RetryBudgetBuilder {
-    ratio: f64,
-    min_per_sec: u32,
-    window: Duration,
-}
-
-impl RetryBudgetBuilder {
-    /// A builder holding the defaults.
-    pub const fn new() -> Self {
-        RetryBudgetBuilder {
-            ratio: DEFAULT_BUDGET_RATIO,
-            min_per_sec: DEFAULT_MIN_RETRIES_PER_SEC,
-            window: DEFAULT_BUDGET_WINDOW,
-        }
-    }
-
-    /// Retries allowed as a fraction of requests (0.1 = 10%). Finite and non-negative.
-    pub const fn ratio(mut self, ratio: f64) -> Self {
-        self.ratio = ratio;
-        self
-    }
-
-    /// The floor: retries per second allowed whatever the ratio says (R5). Default: 10
-    /// ([`DEFAULT_MIN_RETRIES_PER_SEC`]); 0 = no floor.
-    ///
-    /// Exactly: a token bucket that holds at most `n` tokens, starts full and refills at `n`
-    /// tokens per second, continuously (1 token every `1/n` s), whatever the
-    /// [`window`](Self::window). Every granted retry takes a token if one is there; a retry the
-    /// ratio does not cover is granted only by taking one. So a quiet client may burst at most `n`
-    /// retries, then make `n` per second; under load the floor tops the retry rate up to `n` per
-    /// second rather than adding to what the ratio allows.
-    ///
-    /// ```
-    /// use idem_retry::RetryBudget;
-    /// use std::time::Duration;
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), idem_retry::InvalidPolicy> {
-    /// // No ratio: only the floor of 10 retries per second, with a 60 s window.
-    /// let budget = RetryBudget::builder()
-    ///     .ratio(0.0)
-    ///     .min_per_sec(10)
-    ///     .window(Duration::from_secs(60))
-    ///     .build()?;
-    /// assert_eq!((0..100).filter(|_| budget.try_withdraw()).count(), 10); // a burst of 10
-    /// tokio::time::advance(Duration::from_millis(500)).await;
-    /// assert_eq!((0..100).filter(|_| budget.try_withdraw()).count(), 5); // 10 per second
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub const fn min_per_sec(mut self, n: u32) -> Self {
-        self.min_per_sec = n;
-        self
-    }
-
-    /// The sliding window's length; at least 10 ns (it is kept as 10 slots).
-    pub const fn window(mut self, window: Duration) -> Self {
-        self.window = window;
-        self
-    }
-
-    /// The budget, or the first rule it breaks.
-    ///
-    /// # Errors
-    ///
-    /// [`InvalidPolicy`] naming the rule: `ratio` finite and `>= 0`, `window` at least 10 ns.
-    pub fn build(self) -> Result<RetryBudget, InvalidPolicy> {
-        if !(self.ratio.is_finite() && self.ratio >= 0.0) {
-            return Err(InvalidPolicy(
-                "budget ratio must be a finite number of at least 0",
-            ));
-        }
-        let slot_nanos = self.window.as_nanos() / SLOTS as u128;
-        if slot_nanos == 0 {
-            return Err(InvalidPolicy("budget window must be at least 10 ns"));
-        }
-        Ok(RetryBudget {
-            inner: Arc::new(Inner {
-                ratio: self.ratio,
-                floor_rate: u128::from(self.min_per_sec),
-                slot_nanos,
-                origin: Instant::now(),
-                window: Mutex::new(Window {
-                    epochs: [u64::MAX; SLOTS],
-                    requests: [0; SLOTS],
-                    retries: [0; SLOTS],
-                    floor: u128::from(self.min_per_sec) * TOKEN,
-                    floor_at: 0,
-                }),
-                refused: AtomicU64::new(0),
-            }),
-        })
-    }
-}
-
-impl Default for RetryBudgetBuilder {
     fn default() -> Self {
         Self::new()
     }

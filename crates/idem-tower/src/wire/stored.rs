@@ -1,20 +1,5 @@
-//! A compact, versioned encoding of [`StoredResponse`], so stored responses travel through a
-//! shared tier (Redis, PostgreSQL) and replay byte for byte on another instance (T5).
-//!
-//! Layout, version 1 (`n` is an unsigned LEB128 varint):
-//!
-//! | part | bytes |
-//! |---|---|
-//! | format version | `0x01` |
-//! | HTTP status | 2, big-endian |
-//! | HTTP version | 1: `0` HTTP/0.9, `1` HTTP/1.0, `2` HTTP/1.1, `3` HTTP/2, `4` HTTP/3 |
-//! | headers | `n` count, then per header `n` name length, name, `n` value length, value |
-//! | body | `n` length, bytes |
-//! | trailers | `0x00` none, or `0x01` then the same layout as the headers |
-//!
-//! Header names are stored lower-case, as `http` keeps them; repeated headers keep their order.
-//! A decoder refuses anything else (another version, a truncated record, trailing bytes, an
-//! invalid header) with `DATA_LOSS`, naming what was wrong.
+//! The stored-response record: [`StoredResponse::encode`] and [`StoredResponse::decode`], in the
+//! layout the [module](super) gives.
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};

@@ -1,25 +1,26 @@
 //! The retrier: runs an async operation, retrying it by the policy, the classifier, the deadline
 //! and the budget, waiting through the scheduler (R1–R6, S2, S3).
 
-use std::future::{self, Future, Ready};
+mod attempts;
+mod refresh;
+
+use std::future::Future;
 use std::sync::Arc;
 
 use crate::budget::RetryBudget;
 use crate::call::{Attempt, Call};
-use crate::classify::{classify, Classify, Decision, NotRetryable, Wait};
-use crate::deadline::check_retry;
+use crate::classify::Classify;
 use crate::error::RetryError;
-use crate::metrics::GiveUp;
 use crate::policy::RetryPolicy;
 use crate::scheduler::{Scheduler, TokioScheduler};
 use crate::stats::{Counters, RetryStats};
-use tracing::Instrument;
+use refresh::{NoRefresh, WithRefresh};
 
 /// Retries any async operation `FnMut(Attempt) -> impl Future<Output = Result<T, E>>`; usable
 /// without tower.
 ///
 /// For each call: the first attempt always runs. After a failure the retrier
-/// 1. [`classify`]s it against the [`Call`] (R2, S2, S3), and stops if it is not retryable
+/// 1. [`classify`](crate::classify)s it against the [`Call`] (R2, S2, S3), and stops if it is not retryable
 ///    or the server's pushback forbids a retry (R8);
 /// 2. stops if the attempts are used up, or if the remaining deadline does not cover the wait plus
 ///    the policy's minimum attempt time (R3) — never starting a hopeless attempt, never
@@ -31,7 +32,7 @@ use tracing::Instrument;
 /// 5. for `ABORTED`, runs the caller's refresh step ([`call_with_refresh`](Self::call_with_refresh));
 /// 6. runs the next attempt with the **same key** and the next attempt number (R6).
 ///
-/// When it stops it returns the last error unchanged and counts why ([`GiveUp`]);
+/// When it stops it returns the last error unchanged and counts why ([`GiveUp`](crate::GiveUp));
 /// [`call_reporting`](Self::call_reporting) returns the why and the attempt count with it.
 ///
 /// Clones share the policy, budget, scheduler and counters. Retry at one layer only (R7): a
@@ -117,12 +118,14 @@ impl Default for Retrier<TokioScheduler> {
 
 impl<S> Retrier<S> {
     /// Uses `budget` (share one budget between retriers by passing clones).
+    #[must_use]
     pub fn with_budget(mut self, budget: RetryBudget) -> Self {
         self.budget = budget;
         self
     }
 
     /// Waits through `scheduler` instead.
+    #[must_use]
     pub fn with_scheduler<S2>(self, scheduler: S2) -> Retrier<S2> {
         Retrier {
             policy: self.policy,
@@ -172,7 +175,7 @@ impl<S: Scheduler> Retrier<S> {
     }
 
     /// Like [`call`](Self::call), and says why it gave up: the error is a [`RetryError`] with
-    /// the last attempt's error, the [`GiveUp`] reason and the number of attempts made.
+    /// the last attempt's error, the [`GiveUp`](crate::GiveUp) reason and the number of attempts made.
     ///
     /// # Errors
     ///
@@ -275,172 +278,5 @@ impl<S: Scheduler> Retrier<S> {
         self.run(call, op, WithRefresh(refresh))
             .await
             .map_err(RetryError::into_error)
-    }
-
-    /// A retried call in its span (E15): `idem_retry.call`, at `DEBUG`, with the call's
-    /// kind, and, once it ends, its attempts and its outcome (`ok`, or why it gave up).
-    async fn run<T, E, F, Fut, R>(&self, call: &Call, op: F, refresh: R) -> Result<T, RetryError<E>>
-    where
-        F: FnMut(Attempt) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Classify,
-        R: RefreshStep<E>,
-    {
-        let span = tracing::debug_span!(
-            target: "idem_retry",
-            "idem_retry.call",
-            kind = call.kind().as_str(),
-            attempts = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-        );
-        if span.is_disabled() {
-            return self.attempts(call, op, refresh).await.map(|(v, _)| v);
-        }
-        let result = self
-            .attempts(call, op, refresh)
-            .instrument(span.clone())
-            .await;
-        let (attempts, outcome) = match &result {
-            Ok((_, n)) => (*n, "ok"),
-            Err(e) => (e.attempts(), e.reason().as_str()),
-        };
-        span.record("attempts", attempts);
-        span.record("outcome", outcome);
-        result.map(|(v, _)| v)
-    }
-
-    /// The attempts of one call; a success comes with the number of attempts it took.
-    async fn attempts<T, E, F, Fut, R>(
-        &self,
-        call: &Call,
-        mut op: F,
-        mut refresh: R,
-    ) -> Result<(T, u32), RetryError<E>>
-    where
-        F: FnMut(Attempt) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: Classify,
-        R: RefreshStep<E>,
-    {
-        self.counters.call();
-        self.budget.deposit();
-        let mut number: u32 = 1;
-        // The `n` of `delay_after(n)`: failures since the call began or since the last pushback,
-        // so a backoff after a pushback starts again at the base delay (gRPC A6, R8).
-        let mut backoff_step: u32 = 1;
-        loop {
-            self.counters.attempt();
-            let attempt = Attempt::new(call.key().cloned(), number, call.deadline().copied());
-            let err = match op(attempt).await {
-                Ok(v) => return Ok((v, number)),
-                Err(e) => e,
-            };
-            let (wait, refreshing) = match classify(&err, call) {
-                Decision::Never(NotRetryable::Pushback) => {
-                    return self.give_up(GiveUp::Pushback, number, err)
-                }
-                Decision::Never(_) => return self.give_up(GiveUp::NotRetryable, number, err),
-                Decision::Retry(w) => (w, false),
-                Decision::RetryWithinDeadline(w) => {
-                    if call.deadline().is_none() {
-                        return self.give_up(GiveUp::Deadline, number, err);
-                    }
-                    (w, false)
-                }
-                Decision::RefreshThenRetry(w) => {
-                    if !R::AVAILABLE {
-                        return self.give_up(GiveUp::NotRetryable, number, err);
-                    }
-                    (w, true)
-                }
-            };
-            if number >= self.policy.max_attempts() {
-                return self.give_up(GiveUp::Attempts, number, err);
-            }
-            let (delay, next_step) = match wait {
-                Wait::Backoff => (
-                    self.policy.delay_after(backoff_step),
-                    backoff_step.saturating_add(1),
-                ),
-                Wait::Pushback(d) => (d, 1),
-            };
-            if let Err(why) = check_retry(&self.policy, number, call.deadline(), delay) {
-                return self.give_up(why, number, err);
-            }
-            if !self.budget.try_withdraw() {
-                return self.give_up(GiveUp::Budget, number, err);
-            }
-            self.counters.retry();
-            tracing::debug!(
-                name: "idem_retry.retry",
-                target: "idem_retry",
-                attempt = number.saturating_add(1),
-                delay_ms = idem_core::whole_millis(delay),
-                pushback = matches!(wait, Wait::Pushback(_)),
-                code = err.code().as_str(),
-                "retrying after a retryable failure"
-            );
-            self.scheduler.sleep(delay).await;
-            if refreshing {
-                if let Err(e) = refresh.refresh(&err).await {
-                    return self.give_up(GiveUp::NotRetryable, number, e);
-                }
-            }
-            backoff_step = next_step;
-            number = number.saturating_add(1);
-        }
-    }
-
-    /// Ends a call on `err`. A `DEBUG` event, whatever the reason (E15): a spent budget is
-    /// the budget doing its job in an outage, one event per call, so not a warning; alert on
-    /// `idem_retry_give_ups_total{reason="budget"}` instead.
-    fn give_up<T, E: Classify>(
-        &self,
-        why: GiveUp,
-        attempts: u32,
-        err: E,
-    ) -> Result<T, RetryError<E>> {
-        self.counters.give_up(why);
-        tracing::debug!(
-            name: "idem_retry.give_up",
-            target: "idem_retry",
-            reason = why.as_str(),
-            attempts,
-            code = err.code().as_str(),
-            "giving up: {}",
-            why.explain()
-        );
-        Err(RetryError::new(why, attempts, err))
-    }
-}
-
-/// A refresh step for `ABORTED` failures, or its absence.
-trait RefreshStep<E> {
-    const AVAILABLE: bool;
-    type Future: Future<Output = Result<(), E>>;
-    fn refresh(&mut self, error: &E) -> Self::Future;
-}
-
-struct NoRefresh;
-
-impl<E> RefreshStep<E> for NoRefresh {
-    const AVAILABLE: bool = false;
-    type Future = Ready<Result<(), E>>;
-    fn refresh(&mut self, _: &E) -> Self::Future {
-        future::ready(Ok(()))
-    }
-}
-
-struct WithRefresh<R>(R);
-
-impl<E, R, RFut> RefreshStep<E> for WithRefresh<R>
-where
-    R: FnMut(&E) -> RFut,
-    RFut: Future<Output = Result<(), E>>,
-{
-    const AVAILABLE: bool = true;
-    type Future = RFut;
-    fn refresh(&mut self, error: &E) -> RFut {
-        (self.0)(error)
     }
 }

@@ -115,7 +115,7 @@ fn client(
         .layer(
             RetryLayer::builder()
                 .writes(Writes::paths(["/shop.v1.Shop/CreateOrder"]))
-                .build(),
+                .build()?,
         )
         .service(channel);
     Ok(ShopClient::new(retrying))

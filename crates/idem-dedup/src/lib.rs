@@ -110,41 +110,33 @@
 //! repository's `BENCHMARKS.md` for the comparison with other stores.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// How the engine's own modules depend on each other, one way only: `engine` (the handle and
-// one call's way, `engine/call.rs`) starts `shard` actors (the loop, `apply`, `expiry`); both
-// use `shared` (engine-wide counters, the published tables), which uses `entry`; `entry` uses
-// `join`, `join` uses `message`, and `message` uses `info` (what `lookup` returns).
+// Where the code is, by idea (the crate doc's table says the same for readers of the docs):
+// the public API at the top (`engine`, `tiered`, `deduplicator`, `local`, their settings,
+// answers and errors), the shard actors and what they share with the handles under `actor`.
+// Imports go one way: `engine` (the handle and one call's way) uses `actor`; `tiered` and
+// `deduplicator` use `engine`; nothing in `actor` uses `engine`, `tiered` or `deduplicator`
+// (see `actor/mod.rs` for the order inside it). The vocabulary files (`config`, `outcome`,
+// `error`, `info`, `stats`, `codec`, `metrics`, `trace`) are used from both sides.
+mod actor;
 mod codec;
 mod config;
 mod deduplicator;
 mod engine;
-mod entry;
 mod error;
-mod hash;
-mod inbox;
 mod info;
-mod join;
-mod message;
 pub mod metrics;
 mod outcome;
-mod quota;
 pub mod remote;
-mod run;
-mod shard;
-mod shared;
 mod stats;
-mod tally;
 pub mod tiered;
 pub mod trace;
-mod waiters;
-mod wheel;
 
 #[cfg(feature = "serde")]
 pub use codec::JsonCodec;
 pub use codec::{BytesCodec, Codec};
-pub use config::{ConfigError, EngineBuilder, InFlightPolicy};
+pub use config::{ConfigError, InFlightPolicy};
 pub use deduplicator::Deduplicator;
-pub use engine::{Engine, ShutdownReport};
+pub use engine::{Engine, EngineBuilder, ShutdownReport};
 pub use error::DedupError;
 pub use info::{EntryInfo, EntryState};
 pub use outcome::{Outcome, OutcomeKind, Source};

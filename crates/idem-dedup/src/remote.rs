@@ -200,7 +200,9 @@ use std::time::Duration;
 
 use idem_core::{Fingerprint, Scope, Status};
 
-pub use crate::waiters::{Waiters, Waiting};
+mod waiters;
+
+pub use waiters::{Waiters, Waiting};
 
 /// A number handed out with each claim of a scope that only grows: a later claim of the same
 /// scope always gets a larger token than every earlier one, even across a loss of the tier's

@@ -16,16 +16,16 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::actor::counters::bump;
+use crate::actor::entry::{InFlight, State};
+use crate::actor::hash::ScopeId;
+use crate::actor::inbox::{Inbox, Report};
+use crate::actor::join::JoinCell;
+use crate::actor::message::{Msg, Reply, RunEnd};
+use crate::actor::run::{applied, panic_message, Run};
+use crate::actor::wheel::Nanos;
 use crate::config::{Config, InFlightPolicy};
-use crate::entry::{InFlight, State};
-use crate::hash::ScopeId;
-use crate::inbox::{Inbox, Report};
-use crate::join::JoinCell;
-use crate::message::{Msg, Reply, RunEnd};
-use crate::run::{applied, panic_message, Run};
-use crate::stats::bump;
 use crate::trace::{self, ScopeFields};
-use crate::wheel::Nanos;
 use crate::{DedupError, Outcome, OutcomeKind};
 
 use super::{shard_index, Engine};

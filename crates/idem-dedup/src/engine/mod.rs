@@ -1,6 +1,7 @@
 //! The public handle: `execute`, `lookup`, `forget`, `stats`, `shutdown`. How one call finds
 //! its answer (the read path, the shard's `Begin`, leading, joining) is in `call`.
 
+mod builder;
 mod call;
 
 use std::fmt;
@@ -14,16 +15,19 @@ use idem_core::{Deadline, Fingerprint, Scope, Status};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::Instant;
 
-use crate::config::{Config, EngineBuilder, Weigher};
-use crate::hash::ScopeHasher;
-use crate::inbox::Inbox;
+pub use builder::EngineBuilder;
+
+use crate::actor::counters::{ShardCounters, Striped};
+use crate::actor::hash::ScopeHasher;
+use crate::actor::inbox::Inbox;
+use crate::actor::message::Msg;
+use crate::actor::shard::Shard;
+use crate::actor::shared::{Shared, SharedTable};
+use crate::actor::wheel::Clock;
+use crate::config::{Config, Weigher};
 use crate::info::EntryInfo;
-use crate::message::Msg;
 use crate::metrics::CallLatency;
-use crate::shard::Shard;
-use crate::shared::{Shared, SharedTable};
-use crate::stats::{ShardCounters, Stats, Striped};
-use crate::wheel::Clock;
+use crate::stats::Stats;
 use crate::{DedupError, Outcome};
 
 struct Inner<V> {

@@ -411,7 +411,7 @@ where
             }
             Err(e) => {
                 let message = match e.try_into_panic() {
-                    Ok(p) => crate::run::panic_message(&*p),
+                    Ok(p) => crate::actor::run::panic_message(&*p),
                     Err(_) => "the run's task was cancelled".to_owned(),
                 };
                 if trace::warn_enabled() {

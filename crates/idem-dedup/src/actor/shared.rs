@@ -11,9 +11,9 @@ use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 use tokio::sync::Notify;
 
-use crate::entry::Entry;
-use crate::stats::{ShardCounters, Striped};
-use crate::wheel::Clock;
+use crate::actor::counters::{ShardCounters, Striped};
+use crate::actor::entry::Entry;
+use crate::actor::wheel::Clock;
 
 /// State shared by handles and shard actors; none of it is the map.
 pub(crate) struct Shared {

@@ -3,9 +3,9 @@
 use idem_core::{Fingerprint, Scope, Status};
 use tokio::sync::oneshot;
 
-use crate::hash::ScopeId;
+use crate::actor::hash::ScopeId;
+use crate::actor::wheel::Nanos;
 use crate::info::EntryInfo;
-use crate::wheel::Nanos;
 use crate::{DedupError, Outcome};
 
 /// A request to a shard. Only the shard reads or writes its map; everything else sends one of these.

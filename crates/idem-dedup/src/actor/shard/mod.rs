@@ -14,15 +14,15 @@ use hashbrown::hash_table::HashTable;
 use idem_core::{whole_millis, Scope};
 use tokio::sync::mpsc;
 
+use crate::actor::entry::{Entry, InFlight, Spares, State};
+use crate::actor::inbox::{Inbox, Report};
+use crate::actor::message::{Msg, Reply};
+use crate::actor::quota::{Quota, TenantId};
+use crate::actor::shared::{Shared, SharedTable};
+use crate::actor::tally::{Publisher, Tally};
+use crate::actor::wheel::{Clock, Nanos, Wheel};
 use crate::config::{Config, Weigher};
-use crate::entry::{Entry, InFlight, Spares, State};
-use crate::inbox::{Inbox, Report};
-use crate::message::{Msg, Reply};
-use crate::quota::{Quota, TenantId};
-use crate::shared::{Shared, SharedTable};
-use crate::tally::{Publisher, Tally};
 use crate::trace::{self, warn_scope, ScopeFields};
-use crate::wheel::{Clock, Nanos, Wheel};
 use crate::DedupError;
 
 pub(crate) struct Shard<V> {

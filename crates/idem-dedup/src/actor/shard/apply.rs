@@ -9,14 +9,14 @@ use hashbrown::hash_table::{Entry as Slot, VacantEntry};
 use idem_core::{Fingerprint, Scope};
 use tokio::sync::oneshot;
 
+use crate::actor::entry::{Entry, InFlight, Spares, State};
+use crate::actor::hash::ScopeId;
+use crate::actor::inbox::Report;
+use crate::actor::join::JoinCell;
+use crate::actor::message::{Reply, RunEnd};
+use crate::actor::quota::Refusal;
+use crate::actor::wheel::{Kind, Nanos};
 use crate::config::InFlightPolicy;
-use crate::entry::{Entry, InFlight, Spares, State};
-use crate::hash::ScopeId;
-use crate::inbox::Report;
-use crate::join::JoinCell;
-use crate::message::{Reply, RunEnd};
-use crate::quota::Refusal;
-use crate::wheel::{Kind, Nanos};
 use crate::{DedupError, Outcome, OutcomeKind};
 
 use super::{nanos, take, warn_run_end, BadEnd, Core, Shard};

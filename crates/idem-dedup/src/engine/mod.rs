@@ -1,8 +1,14 @@
-//! The public handle: `execute`, `lookup`, `forget`, `stats`, `shutdown`. How one call finds
-//! its answer (the read path, the shard's `Begin`, leading, joining) is in `call`.
+//! The public handle: `execute`, `lookup`, `forget`, `stats`, `shutdown`. One call's way to
+//! its answer is in `call` (a `Begin` to the shard, then leading or waiting), `read_path` (a
+//! replay or a join without a message) and `wait` (what a call waits for besides its run: room
+//! in a mailbox, the shard's answer, a report applied, its deadline); its span and timing are in
+//! `observe`, and the settings in `builder`.
 
 mod builder;
 mod call;
+mod observe;
+mod read_path;
+mod wait;
 
 use std::fmt;
 use std::future::Future;

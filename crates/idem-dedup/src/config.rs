@@ -22,6 +22,7 @@ pub enum InFlightPolicy {
 
 /// Why an engine configuration was refused; the message names the rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// A setting is out of range.
     Invalid(&'static str),

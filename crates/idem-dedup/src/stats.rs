@@ -7,6 +7,7 @@ use crate::actor::counters::ShardCounters;
 
 /// In-flight and completed counts of one shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct ShardStats {
     /// Runs in flight.
     pub in_flight: u64,
@@ -19,6 +20,7 @@ pub struct ShardStats {
 
 /// Outcome counters since the engine started, summed over shards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct OutcomeCounts {
     /// Calls that ran the action.
     pub executed: u64,
@@ -58,6 +60,7 @@ pub struct OutcomeCounts {
 /// every second — or every millisecond — under full load is cheap. Counts of different shards are
 /// read at slightly different moments.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct Stats {
     /// Per shard, in shard order.
     pub shards: Vec<ShardStats>,

@@ -151,6 +151,7 @@
 //! (`TieredEngine::stats`).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod codes;
 mod config;
 mod db;
 mod digest;
@@ -170,7 +171,7 @@ pub use idem_dedup::remote::{ClaimOutcome, Commit, FencingToken, OwnerId, Remote
 pub use idem_dedup::tiered::{OnUnavailable, TierStats, TieredBuilder};
 #[cfg(feature = "serde")]
 pub use idem_dedup::JsonCodec;
-pub use idem_dedup::{BytesCodec, Codec, Outcome, Source};
+pub use idem_dedup::{BytesCodec, Codec, LocalCache, Outcome, Source};
 pub use schema::{migrate, schema_sql, SetupError, DEFAULT_SCHEMA, SCHEMA_SQL, SCHEMA_VERSION};
 /// The PostgreSQL client this crate is built on, so your pool and queries use the same version.
 pub use sqlx;

@@ -211,7 +211,7 @@ pub use idem_dedup::remote::{ClaimOutcome, Commit, FencingToken, OwnerId, Remote
 pub use idem_dedup::tiered::{OnUnavailable, TierStats, TieredBuilder};
 #[cfg(feature = "serde")]
 pub use idem_dedup::JsonCodec;
-pub use idem_dedup::{BytesCodec, Codec, Outcome, Source};
+pub use idem_dedup::{BytesCodec, Codec, LocalCache, Outcome, Source};
 pub use persistence::Persistence;
 pub use tier::RedisTier;
 

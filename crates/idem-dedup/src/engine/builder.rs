@@ -49,6 +49,7 @@ use crate::Engine;
 /// assert_eq!(engine.shard_count(), 4);
 /// # Ok(()) }
 /// ```
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct EngineBuilder<V> {
     cfg: Config,
     weigher: Option<Weigher<V>>,

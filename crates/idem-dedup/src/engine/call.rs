@@ -28,7 +28,9 @@ use super::wait::{once_applied, unless_swept, until, Pending};
 use super::{shard_index, Engine};
 
 impl<V: Clone + Send + Sync + 'static> Engine<V> {
-    pub(super) async fn call<F, Fut>(
+    /// One call, with or without a deadline: what `execute`, `execute_with_deadline` and
+    /// [`Deduplicator::execute_until`](crate::Deduplicator::execute_until) run.
+    pub(crate) async fn call<F, Fut>(
         &self,
         scope: &Scope,
         fingerprint: Fingerprint,
@@ -36,7 +38,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         action: F,
     ) -> Result<Outcome<V>, DedupError>
     where
-        F: FnOnce() -> Fut,
+        F: FnOnce(()) -> Fut,
         Fut: Future<Output = Result<V, Status>> + Send + 'static,
     {
         let inner = &*self.inner;
@@ -93,7 +95,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         action: F,
     ) -> Result<Outcome<V>, DedupError>
     where
-        F: FnOnce() -> Fut,
+        F: FnOnce(()) -> Fut,
         Fut: Future<Output = Result<V, Status>> + Send + 'static,
     {
         // Timed from here to the answer (E15); a leader's action already reads the clock
@@ -146,7 +148,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             // This call leads: run the action inline. Every big local lives in this block, so the
             // rare wait for the shard below does not keep them in the future.
             let answer = 'lead: {
-                let fut = match std::panic::catch_unwind(AssertUnwindSafe(action)) {
+                let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| action(()))) {
                     Ok(fut) => fut,
                     Err(p) => {
                         let message = panic_message(&*p);

@@ -8,6 +8,7 @@ mod builder;
 mod call;
 mod observe;
 mod read_path;
+mod seed;
 mod wait;
 
 use std::fmt;
@@ -91,7 +92,7 @@ struct Inner<V> {
 ///
 /// let calls = (0..10).map(|_| {
 ///     let runs = runs.clone();
-///     engine.execute(&scope, fp, move || async move {
+///     engine.execute(&scope, fp, move |_| async move {
 ///         runs.fetch_add(1, Ordering::SeqCst);
 ///         Ok(1001) // the order id
 ///     })
@@ -127,6 +128,8 @@ impl<V> fmt::Debug for Engine<V> {
 
 /// What [`Engine::shutdown`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+#[must_use = "runs that did not finish within the grace period had their results dropped"]
 pub struct ShutdownReport {
     /// Runs still in flight when the grace period ended; their waiters got `UNAVAILABLE` and their
     /// results were not stored (the actions themselves were not aborted).
@@ -201,6 +204,11 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
     /// fingerprint is a conflict. `action` is called only if this call leads; it returns the value
     /// to store, or a [`Status`] error (not stored unless its code is declared cacheable).
     ///
+    /// The action is given its context, here `()`: every engine hands its action one (the
+    /// [`TieredEngine`](crate::tiered::TieredEngine) a fencing token, `idem-postgres`' engine a
+    /// transaction), so the same closure, `|_| async { ... }`, serves an `Engine` and any
+    /// [`Deduplicator`](crate::Deduplicator).
+    ///
     /// # Errors
     ///
     /// See [`DedupError`]: conflict, the action's error, panic, full, in flight (Reject policy),
@@ -216,7 +224,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         action: F,
     ) -> impl Future<Output = Result<Outcome<V>, DedupError>> + use<'s, 'k, V, F, Fut>
     where
-        F: FnOnce() -> Fut,
+        F: FnOnce(()) -> Fut,
         Fut: Future<Output = Result<V, Status>> + Send + 'static,
     {
         // A plain `fn` returning the call's future, not an `async fn` awaiting it: one state
@@ -239,7 +247,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         action: F,
     ) -> impl Future<Output = Result<Outcome<V>, DedupError>> + use<'s, 'k, V, F, Fut>
     where
-        F: FnOnce() -> Fut,
+        F: FnOnce(()) -> Fut,
         Fut: Future<Output = Result<V, Status>> + Send + 'static,
     {
         self.call(scope, fingerprint, Some(deadline), action)

@@ -15,7 +15,7 @@ use super::{run, TieredEngine};
 use crate::codec::Codec;
 use crate::remote::{FencingToken, OwnerId, RemoteTier};
 use crate::trace;
-use crate::{DedupError, Outcome, OutcomeKind, Source};
+use crate::{DedupError, Deduplicator, Outcome, OutcomeKind, Source};
 
 impl<V, R, C> TieredEngine<V, R, C>
 where
@@ -23,7 +23,7 @@ where
     R: RemoteTier,
     C: Codec<V>,
 {
-    pub(super) async fn call<F, Fut>(
+    pub(crate) async fn call<F, Fut>(
         &self,
         scope: &Scope,
         fingerprint: Fingerprint,
@@ -72,19 +72,12 @@ where
         let owned = scope.clone();
         let taken = slot.clone();
         let owner = inner.cfg.owner;
-        let run = move || {
+        let run = move |()| {
             let action = taken.lock().take();
             run::remote_run(inner, owned, fingerprint, action, owner)
         };
         let local = &self.inner.local;
-        let result = match deadline {
-            None => local.execute(scope, fingerprint, run).await,
-            Some(d) => {
-                local
-                    .execute_with_deadline(scope, fingerprint, d, run)
-                    .await
-            }
-        };
+        let result = local.execute_until(scope, fingerprint, deadline, run).await;
         let out = match result {
             Ok(out) => out,
             Err(DedupError::Overloaded { .. }) if slot.lock().is_some() => {
@@ -190,14 +183,16 @@ where
             (kind, Via::RemoteReplay | Via::RemoteJoin) => (kind, Source::OtherInstance, None),
             (kind, Via::FailOpen) => (kind, Source::FailOpen, None),
         };
-        Outcome::tiered(
-            stored.value,
-            kind,
-            expires_at,
-            source,
-            token,
-            stored.recorded,
-        )
+        let out = Outcome::new(stored.value, kind, expires_at).with_source(source);
+        let out = match token {
+            Some(token) => out.with_fencing_token(token),
+            None => out,
+        };
+        if stored.recorded {
+            out
+        } else {
+            out.unrecorded()
+        }
     }
 }
 

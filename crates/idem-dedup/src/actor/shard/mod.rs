@@ -1,11 +1,12 @@
 //! The shard actor: the only code that writes a shard's map and timer wheel (E8). This file
 //! holds the actor and its loop; `apply` how messages and run ends change the table, `expiry`
-//! its timers, `room` how removed entries give back the room they held, and `warn` the events
-//! of runs that ended badly.
+//! its timers, `seed` how a result obtained elsewhere is stored, `room` how removed entries give
+//! back the room they held, and `warn` the events of runs that ended badly.
 
 mod apply;
 mod expiry;
 mod room;
+mod seed;
 mod warn;
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
@@ -220,6 +221,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                 fingerprint,
                 reply,
             } => self.on_begin(id, scope, fingerprint, reply),
+            Msg::Seed(seed) => self.on_seed(*seed),
             Msg::Lookup { id, reply } => {
                 let now = self.core.clock.now();
                 let info = match self.table.find_entry(id.hash(), |e| e.id == id) {

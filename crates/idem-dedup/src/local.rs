@@ -161,3 +161,34 @@ impl LocalCache {
         local
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn k7_a_local_cache_builds_an_engine_that_sets_no_run_of_its_own() {
+        let day = Duration::from_secs(24 * 3600);
+        let run = Duration::from_secs(65);
+        let cfg = LocalCache::new().engine_builder::<u32>(day, run).config();
+        assert!(
+            !cfg.sets_run,
+            "the engine in front sets the run, with its claim's token"
+        );
+        assert_eq!(cfg.ttl, Duration::from_secs(300));
+        assert_eq!(cfg.in_flight_timeout, run);
+        assert_eq!(cfg.max_entries, 1_000_000);
+        assert!(EngineBuilder::<u32>::new().config().sets_run);
+
+        let set = LocalCache::new()
+            .ttl(Duration::from_secs(30))
+            .max_entries(10)
+            .shards(3)
+            .in_flight_timeout(Duration::from_secs(7));
+        let cfg = set.engine_builder::<u32>(day, run).config();
+        assert_eq!(
+            (cfg.ttl, cfg.max_entries, cfg.shards, cfg.in_flight_timeout),
+            (Duration::from_secs(30), 10, 3, Duration::from_secs(7))
+        );
+    }
+}

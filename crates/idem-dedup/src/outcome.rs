@@ -37,8 +37,8 @@ impl OutcomeKind {
 /// let engine = Engine::<u32>::builder().build()?;
 /// let scope = Scope::parse("tenant-1", "/shop/CreateOrder", "order-0001")?;
 /// let fp = Fingerprint::of(b"qty=1");
-/// let first = engine.execute(&scope, fp, || async { Ok(7) }).await?;
-/// let again = engine.execute(&scope, fp, || async { Ok(8) }).await?;
+/// let first = engine.execute(&scope, fp, |_| async { Ok(7) }).await?;
+/// let again = engine.execute(&scope, fp, |_| async { Ok(8) }).await?;
 /// assert_eq!((first.kind(), *first.value()), (OutcomeKind::Executed, 7));
 /// assert_eq!((again.kind(), again.into_value()), (OutcomeKind::Replayed, 7));
 /// # Ok(()) }

@@ -138,7 +138,7 @@
 //! | TTL of records | 24 h from completion | [`PgEngineBuilder::ttl`], [`TieredBuilder::ttl`] |
 //! | wait for another run of the scope | 30 s | [`PgEngineBuilder::max_wait`], [`TieredBuilder::max_wait`] |
 //! | lease | 30 s (transactional: longest idle transaction) | [`PgEngineBuilder::lease`], [`TieredBuilder::lease`] |
-//! | local copy (transactional) | 5 min | [`PgEngineBuilder::local_ttl`] |
+//! | local copy (both modes) | 5 min (at most the TTL) | [`PgEngineBuilder::local`], [`TieredBuilder::local`] ([`LocalCache`]) |
 //!
 //! Pools: both modes take your `sqlx::PgPool`. [`PgTier`] keeps one of its connections for
 //! `LISTEN`. sqlx pings a connection before handing it out unless the pool is built with

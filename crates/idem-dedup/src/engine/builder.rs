@@ -263,7 +263,7 @@ impl<V> EngineBuilder<V> {
     /// let call = |tenant: &str, key: &str| {
     ///     let scope = Scope::parse(tenant, "/shop.v1.Shop/CreateOrder", key).unwrap();
     ///     let engine = engine.clone();
-    ///     async move { engine.execute(&scope, Fingerprint::of(b"qty=1"), || async { Ok(1) }).await }
+    ///     async move { engine.execute(&scope, Fingerprint::of(b"qty=1"), |_| async { Ok(1) }).await }
     /// };
     /// call("flood", "order-0001").await?;
     /// call("flood", "order-0002").await?;

@@ -101,7 +101,7 @@ struct Inner<V> {
 /// assert_eq!(runs.load(Ordering::SeqCst), 1);
 /// assert!(outcomes.iter().all(|o| *o.as_ref().unwrap().value() == 1001));
 ///
-/// let replay = engine.execute(&scope, fp, || async { Ok(0) }).await?;
+/// let replay = engine.execute(&scope, fp, |_| async { Ok(0) }).await?;
 /// assert_eq!(replay.kind(), OutcomeKind::Replayed);
 /// # Ok(()) }
 /// ```

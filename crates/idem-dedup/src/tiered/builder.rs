@@ -167,8 +167,8 @@ impl<V, R, C> TieredBuilder<V, R, C> {
     /// The local engine's settings: how long this instance keeps its copies, how many it holds,
     /// its shards and its runs' lease (see [`LocalCache`], whose defaults `idem-postgres`'
     /// engine shares). When the local engine is full, calls go to the tier directly instead of
-    /// being refused (D6). Default: [`LocalCache::new`], with a local run's lease of `max_wait`
-    /// + `lease` + 5 s.
+    /// being refused. Default: [`LocalCache::new`]; a local run's lease is then
+    /// `max_wait + lease + 5 s` (the wait for another instance's run, then the action).
     pub const fn local(mut self, local: LocalCache) -> Self {
         self.local = local;
         self

@@ -128,10 +128,11 @@ async fn e7_a_seed_takes_room_as_a_new_run_does() {
         .max_entries(1)
         .build()
         .unwrap();
-    engine
+    let one = engine
         .seed(&scope("order-seed-0004"), fp("a"), "one".to_owned())
         .await
         .unwrap();
+    assert_eq!(one.kind(), OutcomeKind::Replayed);
     let full = engine
         .seed(&scope("order-seed-0005"), fp("a"), "two".to_owned())
         .await
@@ -156,10 +157,11 @@ async fn e2_a_seeded_result_expires_at_the_engines_ttl() {
         .build()
         .unwrap();
     let s = scope("order-seed-0007");
-    engine
+    let seeded = engine
         .seed(&s, fp("a"), "order-1001".to_owned())
         .await
         .unwrap();
+    assert_eq!(seeded.expires_at(), Instant::now() + ttl);
     tokio::time::advance(ttl - Duration::from_millis(1)).await;
     assert!(engine.lookup(&s).await.unwrap().is_some());
     tokio::time::advance(Duration::from_millis(1)).await;

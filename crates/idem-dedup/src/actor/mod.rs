@@ -10,12 +10,13 @@
 //! the engine-wide ones and each shard's published table live in [`shared`].
 //!
 //! Imports go one way: the engine's handle (`crate::engine`) and the engines built on it use
-//! this module, and nothing here uses them. Inside it, `shard` uses everything else; `shared`
-//! uses `entry`, `counters` and `wheel`; `entry` uses `join`, `hash`, `quota` and `wheel`;
-//! `join` and `inbox` use `message`; `run` uses `inbox` and `message`; `tally` uses
-//! `counters`; `message` uses `hash` and `wheel`. Besides one another, these files use only the
-//! crate's vocabulary: the settings (`config`), the answers (`outcome`, `error`, `info`), and
-//! the names of metrics and spans (`metrics`, `trace`).
+//! this module, and nothing here uses them. Inside it, `shard` uses the others but `run` and
+//! `counters`; `shared` uses `entry`, `counters` and `wheel`; `entry` uses `join`, `hash`,
+//! `quota` and `wheel`; `run` uses `inbox`, `message` and `wheel`; `inbox` uses `message` and
+//! `wheel`; `join` uses `message`; `message` uses `hash` and `wheel`; `tally` uses `counters`.
+//! Besides one another, these files use only the crate's vocabulary: the settings (`config`),
+//! the answers (`outcome`, `error`, `info`), and the names of metrics and spans (`metrics`,
+//! `trace`).
 
 pub(crate) mod counters;
 pub(crate) mod entry;

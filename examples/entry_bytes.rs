@@ -52,8 +52,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for i in 0..n as u64 {
         let key = IdempotencyKey::derive(&i.to_string(), "CreateOrder");
         let scope = Scope::new("tenant-0042", "/shop.v1.Shop/CreateOrder", &key)?;
-        engine
-            .execute(&scope, fp, move || async move { Ok(i) })
+        let _ = engine
+            .execute(&scope, fp, move |_| async move { Ok(i) })
             .await?;
     }
     while engine.stats().completed < n as u64 {

@@ -20,7 +20,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let orders_created = Arc::new(AtomicU32::new(0));
     let create_order = |id: &'static str| {
         let orders = orders_created.clone();
-        move || async move {
+        move |_| async move {
             orders.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(Duration::from_millis(50)).await; // the side effect takes a while
             Ok::<_, Status>(Arc::from(id))
@@ -62,7 +62,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 4. A failure is shared by the waiters and not stored: the next call runs again.
     let flaky = Scope::new("tenant-0042", METHOD, &IdempotencyKey::generate())?;
     let err = engine
-        .execute(&flaky, body, || async {
+        .execute(&flaky, body, |_| async {
             Err(Status::new(Code::Unavailable, "payment gateway down"))
         })
         .await
@@ -105,6 +105,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let created = orders_created.load(Ordering::SeqCst);
     println!("orders actually created: {created} (one per intent run: 1001, 1002, and 1003 after expiry)");
     assert_eq!(created, 3);
-    engine.shutdown(Duration::from_secs(1)).await;
+    let report = engine.shutdown(Duration::from_secs(1)).await;
+    println!("shut down with {} runs unfinished", report.unfinished);
     Ok(())
 }

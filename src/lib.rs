@@ -42,8 +42,8 @@
 //! let scope = Scope::new("tenant-0042", "/shop.v1.Shop/CreateOrder", &key)?;
 //! let fp = Fingerprint::of(br#"{"sku":"book-42","qty":1}"#);
 //!
-//! let first = engine.execute(&scope, fp, || async { Ok(1001) }).await?;
-//! let retry = engine.execute(&scope, fp, || async { Ok(1002) }).await?;
+//! let first = engine.execute(&scope, fp, |_| async { Ok(1001) }).await?;
+//! let retry = engine.execute(&scope, fp, |_| async { Ok(1002) }).await?;
 //! assert_eq!(first.kind(), OutcomeKind::Executed);
 //! assert_eq!((retry.kind(), *retry.value()), (OutcomeKind::Replayed, 1001));
 //! # Ok(()) }

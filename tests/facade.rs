@@ -9,7 +9,7 @@ async fn readme_example_runs_through_the_facade() {
     let key = IdempotencyKey::generate();
     let scope = Scope::new("tenant-0042", "/shop.v1.Shop/CreateOrder", &key).unwrap();
     let body = Fingerprint::of(br#"{"sku":"book-42","qty":1}"#);
-    let create = || async { Ok::<_, Status>(1001) };
+    let create = |_| async { Ok::<_, Status>(1001) };
     let first = engine.execute(&scope, body, create).await.unwrap();
     let retry = engine.execute(&scope, body, create).await.unwrap();
     assert_eq!(first.kind(), OutcomeKind::Executed);

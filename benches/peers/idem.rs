@@ -45,7 +45,7 @@ impl Store for Idem {
         F: FnOnce() -> Fut + Send + 'static,
         Fut: Future<Output = Val> + Send + 'static,
     {
-        let run = move || {
+        let run = move |_| {
             let fut = action();
             async move { Ok(fut.await) }
         };

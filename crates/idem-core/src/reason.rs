@@ -58,6 +58,14 @@ impl Reason {
     /// The run a caller waited for ended without a result (its leader went away before starting,
     /// or the scope was forgotten); retry with the same key.
     pub const RUN_ABANDONED: Reason = Reason(Cow::Borrowed("RUN_ABANDONED"));
+    /// A new scope was refused because its tenant holds its whole share of the engine; other
+    /// tenants are still served. Retry after the hint.
+    pub const TENANT_QUOTA_EXCEEDED: Reason = Reason(Cow::Borrowed("TENANT_QUOTA_EXCEEDED"));
+    /// A write came without the tenant its server needs (the header a gateway sets is missing,
+    /// empty or repeated).
+    pub const MISSING_TENANT: Reason = Reason(Cow::Borrowed("MISSING_TENANT"));
+    /// The request body is over the server's limit and was refused unread; never retried.
+    pub const REQUEST_TOO_LARGE: Reason = Reason(Cow::Borrowed("REQUEST_TOO_LARGE"));
 
     /// A reason from any text (conventionally `UPPER_SNAKE`).
     pub fn new(s: impl Into<Cow<'static, str>>) -> Self {

@@ -60,9 +60,9 @@ fn expire(n: usize, first: u64) -> Duration {
             tasks.push(tokio::spawn(async move {
                 for (scope, fp) in keys.iter().skip(t).step_by(CLIENT_TASKS) {
                     let out = engine
-                        .execute(scope, *fp, || async { Ok(fresh_value()) })
+                        .execute(scope, *fp, |_| async { Ok(fresh_value()) })
                         .await;
-                    std::hint::black_box(out.expect("a stored result"));
+                    let _ = std::hint::black_box(out.expect("a stored result"));
                 }
             }));
         }

@@ -49,7 +49,57 @@ pub trait Deduplicator: Clone + Send + Sync + 'static {
     type Context: Clone + Send + Sync + 'static;
 
     /// Runs `action` once for `scope`, or shares the run or stored result of an earlier call with
-    /// the same `fingerprint` (E1, K4).
+    /// the same `fingerprint`; with a `deadline`, this caller stops waiting then with
+    /// [`DedupError::DeadlineExceeded`], while the run goes on and its result is stored.
+    /// `None` waits for the run's end. The one method an implementation writes:
+    /// [`execute`](Self::execute) and [`execute_with_deadline`](Self::execute_with_deadline)
+    /// call it, and a server that may or may not have a deadline (a gRPC `grpc-timeout`) calls
+    /// it directly.
+    ///
+    /// # Errors
+    ///
+    /// [`DedupError`]: conflict, the action's error, panic, full, in flight (Reject policy),
+    /// lease expired, shutting down, the caller's deadline, and a shared tier's failures as
+    /// [`DedupError::Action`].
+    ///
+    /// ```
+    /// use idem_core::{Deadline, Fingerprint, Scope, Status};
+    /// use idem_dedup::{DedupError, Deduplicator, Engine};
+    /// use std::time::Duration;
+    ///
+    /// async fn serve<D: Deduplicator<Value = u64>>(
+    ///     d: &D,
+    ///     scope: &Scope,
+    ///     timeout: Option<Duration>, // what the client asked for, if anything
+    /// ) -> Result<u64, DedupError> {
+    ///     let deadline = timeout.map(Deadline::after);
+    ///     let out = d
+    ///         .execute_until(scope, Fingerprint::of(b"sku=42"), deadline, |_| async { Ok(1001) })
+    ///         .await?;
+    ///     Ok(*out.value())
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let engine = Engine::<u64>::builder().build()?;
+    /// let scope = Scope::parse("tenant-1", "/shop/CreateOrder", "order-0001")?;
+    /// assert_eq!(serve(&engine, &scope, Some(Duration::from_secs(5))).await?, 1001);
+    /// assert_eq!(serve(&engine, &scope, None).await?, 1001); // replayed
+    /// # Ok(()) }
+    /// ```
+    fn execute_until<F, Fut>(
+        &self,
+        scope: &Scope,
+        fingerprint: Fingerprint,
+        deadline: Option<Deadline>,
+        action: F,
+    ) -> impl Future<Output = Result<Outcome<Self::Value>, DedupError>> + Send
+    where
+        F: FnOnce(Self::Context) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Self::Value, Status>> + Send + 'static;
+
+    /// Runs `action` once for `scope`, or shares the run or stored result of an earlier call with
+    /// the same `fingerprint`: [`execute_until`](Self::execute_until) without a deadline.
     ///
     /// # Errors
     ///
@@ -63,7 +113,10 @@ pub trait Deduplicator: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Outcome<Self::Value>, DedupError>> + Send
     where
         F: FnOnce(Self::Context) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<Self::Value, Status>> + Send + 'static;
+        Fut: Future<Output = Result<Self::Value, Status>> + Send + 'static,
+    {
+        self.execute_until(scope, fingerprint, None, action)
+    }
 
     /// As [`execute`](Self::execute), but this caller stops waiting at `deadline` with
     /// [`DedupError::DeadlineExceeded`] (E5); the run goes on and its result is stored.
@@ -80,7 +133,10 @@ pub trait Deduplicator: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Outcome<Self::Value>, DedupError>> + Send
     where
         F: FnOnce(Self::Context) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<Self::Value, Status>> + Send + 'static;
+        Fut: Future<Output = Result<Self::Value, Status>> + Send + 'static,
+    {
+        self.execute_until(scope, fingerprint, Some(deadline), action)
+    }
 
     /// What is held for `scope`: in flight or completed, its age and time to expiry (E13).
     ///
@@ -108,31 +164,18 @@ impl<V: Clone + Send + Sync + 'static> Deduplicator for Engine<V> {
     type Value = V;
     type Context = ();
 
-    fn execute<F, Fut>(
+    fn execute_until<F, Fut>(
         &self,
         scope: &Scope,
         fingerprint: Fingerprint,
+        deadline: Option<Deadline>,
         action: F,
     ) -> impl Future<Output = Result<Outcome<V>, DedupError>> + Send
     where
         F: FnOnce(()) -> Fut + Send + 'static,
         Fut: Future<Output = Result<V, Status>> + Send + 'static,
     {
-        Engine::execute(self, scope, fingerprint, move || action(()))
-    }
-
-    fn execute_with_deadline<F, Fut>(
-        &self,
-        scope: &Scope,
-        fingerprint: Fingerprint,
-        deadline: Deadline,
-        action: F,
-    ) -> impl Future<Output = Result<Outcome<V>, DedupError>> + Send
-    where
-        F: FnOnce(()) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<V, Status>> + Send + 'static,
-    {
-        Engine::execute_with_deadline(self, scope, fingerprint, deadline, move || action(()))
+        self.call(scope, fingerprint, deadline, action)
     }
 
     fn lookup(
@@ -160,31 +203,18 @@ where
     type Value = V;
     type Context = FencingToken;
 
-    fn execute<F, Fut>(
+    fn execute_until<F, Fut>(
         &self,
         scope: &Scope,
         fingerprint: Fingerprint,
+        deadline: Option<Deadline>,
         action: F,
     ) -> impl Future<Output = Result<Outcome<V>, DedupError>> + Send
     where
         F: FnOnce(FencingToken) -> Fut + Send + 'static,
         Fut: Future<Output = Result<V, Status>> + Send + 'static,
     {
-        TieredEngine::execute(self, scope, fingerprint, action)
-    }
-
-    fn execute_with_deadline<F, Fut>(
-        &self,
-        scope: &Scope,
-        fingerprint: Fingerprint,
-        deadline: Deadline,
-        action: F,
-    ) -> impl Future<Output = Result<Outcome<V>, DedupError>> + Send
-    where
-        F: FnOnce(FencingToken) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<V, Status>> + Send + 'static,
-    {
-        TieredEngine::execute_with_deadline(self, scope, fingerprint, deadline, action)
+        self.call(scope, fingerprint, deadline, action)
     }
 
     fn lookup(

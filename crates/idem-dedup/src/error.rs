@@ -115,10 +115,10 @@ impl DedupError {
             DedupError::Action { status, .. } => status.reason().cloned(),
             DedupError::Panicked { .. } => Some(Reason::ACTION_PANICKED),
             DedupError::Overloaded { .. } => Some(Reason::ENGINE_FULL),
-            DedupError::TenantQuotaExceeded { .. } => Some(Reason::new("TENANT_QUOTA_EXCEEDED")),
+            DedupError::TenantQuotaExceeded { .. } => Some(Reason::TENANT_QUOTA_EXCEEDED),
             DedupError::InFlight { .. } => Some(Reason::REQUEST_IN_FLIGHT),
             DedupError::LeaseExpired { .. } => Some(Reason::LEASE_EXPIRED),
-            DedupError::Abandoned => Some(Reason::new("RUN_ABANDONED")),
+            DedupError::Abandoned => Some(Reason::RUN_ABANDONED),
             DedupError::DeadlineExceeded => None,
             DedupError::ShuttingDown => Some(Reason::SHUTTING_DOWN),
         }

@@ -19,6 +19,7 @@ pub struct EntryInfo {
 
 /// The state part of [`EntryInfo`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EntryState {
     /// A run is going on.
     InFlight {

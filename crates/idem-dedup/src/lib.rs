@@ -17,7 +17,7 @@
 //! let scope = Scope::parse("tenant-0042", "/shop.v1.Shop/CreateOrder", "3f1c2b7e-9d4a-4c55-8e21-0b6f4a9d2c10")?;
 //! let body = br#"{"sku":"book-42","qty":1}"#;
 //!
-//! let create = || async { Ok::<_, Status>("order-1001".to_string()) }; // the side effect
+//! let create = |_| async { Ok::<_, Status>("order-1001".to_string()) }; // the side effect
 //! let first = engine.execute(&scope, Fingerprint::of(body), create).await?;
 //! let retry = engine.execute(&scope, Fingerprint::of(body), create).await?;
 //! assert_eq!(first.kind(), OutcomeKind::Executed);
@@ -46,9 +46,9 @@
 //! ordered timer queue of leases and expiries (one `tokio` sleep per shard). Callers reach it
 //! through a bounded mailbox that the shard drains in batches; a full mailbox makes callers wait
 //! asynchronously. Leaders report how their runs ended through a per-shard completion queue that
-//! the shard applies before each batch. No map is shared, no lock is held across an `.await`, and
-//! no executor thread ever blocks (sleeping a thread and blocking receives are banned by the
-//! workspace's clippy config).
+//! the shard applies before each batch. Only its shard writes a table, no lock is held across an
+//! `.await`, and no executor thread ever blocks (sleeping a thread and blocking receives are
+//! banned by the workspace's clippy config).
 //!
 //! Three things reach the shard's state without a message, and none of them decides anything:
 //! a replay reads a stored success through the shard's published table (a reader lock sharded by
@@ -108,44 +108,55 @@
 //! 72 KiB) to reuse for new keys, so a steady stream of new keys and expiries does not go
 //! through the allocator twice per key. See the
 //! repository's `BENCHMARKS.md` for the comparison with other stores.
+//!
+//! ## Where things are
+//!
+//! | file | what |
+//! |---|---|
+//! | `engine/mod.rs`, `engine/builder.rs` | [`Engine`], [`EngineBuilder`], [`ShutdownReport`] |
+//! | `engine/call.rs`, `engine/read_path.rs`, `engine/wait.rs`, `engine/observe.rs` | one call's way: the shard's `Begin`, leading or joining; replays and joins without a message; what a call waits for; its span and timing |
+//! | `engine/seed.rs` | [`Engine::seed`]: a result obtained elsewhere, stored as completed |
+//! | `deduplicator.rs` | [`Deduplicator`], implemented by [`Engine`] and the [`TieredEngine`](tiered::TieredEngine) |
+//! | `tiered/` | the [`tiered`] engine: its builder, a call (`call.rs`), the leader's trip to the tier (`run.rs`), repairs of the tier's faults (`repair.rs`), what the local engine stores (`stored.rs`), [`TierStats`](tiered::TierStats) |
+//! | `local.rs` | [`LocalCache`], the local engine's settings of every engine in front of a shared record |
+//! | `remote.rs`, `remote/` | the [`remote`] tier's protocol: [`RemoteTier`](remote::RemoteTier), claims and tokens, [`Waiters`](remote::Waiters) |
+//! | `outcome.rs`, `error.rs`, `info.rs`, `stats.rs` | what a call gets ([`Outcome`], [`DedupError`]), what a look-up shows ([`EntryInfo`]), the counts ([`Stats`]) |
+//! | `config.rs`, `codec.rs` | the settings as built and [`ConfigError`], [`InFlightPolicy`]; [`Codec`] |
+//! | [`metrics`], [`trace`] | metric names; spans, events and [`ScopeLogging`](trace::ScopeLogging) |
+//! | `actor/` | the shard actors and what they share with the handles (not public): `shard/` (the loop, applying messages and run ends, expiry, seeds), the entry, the timer queue, the mailbox messages, the completion inbox, join cells, the leader's run, tenants' shares, counters |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// How the engine's own modules depend on each other, one way only: `engine` (the handle and
-// one call's way, `engine/call.rs`) starts `shard` actors (the loop, `apply`, `expiry`); both
-// use `shared` (engine-wide counters, the published tables), which uses `entry`; `entry` uses
-// `join`, `join` uses `message`, and `message` uses `info` (what `lookup` returns).
+// Where the code is, by idea (the crate doc's table says the same for readers of the docs):
+// the public API at the top (`engine`, `tiered`, `deduplicator`, `local`, their settings,
+// answers and errors), the shard actors and what they share with the handles under `actor`.
+// Imports go one way: `engine` (the handle and one call's way) uses `actor`; `tiered`, `local` and
+// `deduplicator` use `engine`; nothing in `actor` uses `engine`, `tiered` or `deduplicator`
+// (see `actor/mod.rs` for the order inside it), except a unit test that builds its settings.
+// The vocabulary files (`config`, `outcome`, `error`, `info`, `metrics`, `trace`) are used from
+// both sides; `stats` reads the actors' counters.
+mod actor;
 mod codec;
 mod config;
 mod deduplicator;
 mod engine;
-mod entry;
 mod error;
-mod hash;
-mod inbox;
 mod info;
-mod join;
-mod message;
+mod local;
 pub mod metrics;
 mod outcome;
-mod quota;
 pub mod remote;
-mod run;
-mod shard;
-mod shared;
 mod stats;
-mod tally;
 pub mod tiered;
 pub mod trace;
-mod waiters;
-mod wheel;
 
 #[cfg(feature = "serde")]
 pub use codec::JsonCodec;
 pub use codec::{BytesCodec, Codec};
-pub use config::{ConfigError, EngineBuilder, InFlightPolicy};
+pub use config::{ConfigError, InFlightPolicy};
 pub use deduplicator::Deduplicator;
-pub use engine::{Engine, ShutdownReport};
+pub use engine::{Engine, EngineBuilder, ShutdownReport};
 pub use error::DedupError;
 pub use info::{EntryInfo, EntryState};
+pub use local::LocalCache;
 pub use outcome::{Outcome, OutcomeKind, Source};
 pub use stats::{OutcomeCounts, ShardStats, Stats};

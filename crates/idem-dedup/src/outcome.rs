@@ -37,13 +37,14 @@ impl OutcomeKind {
 /// let engine = Engine::<u32>::builder().build()?;
 /// let scope = Scope::parse("tenant-1", "/shop/CreateOrder", "order-0001")?;
 /// let fp = Fingerprint::of(b"qty=1");
-/// let first = engine.execute(&scope, fp, || async { Ok(7) }).await?;
-/// let again = engine.execute(&scope, fp, || async { Ok(8) }).await?;
+/// let first = engine.execute(&scope, fp, |_| async { Ok(7) }).await?;
+/// let again = engine.execute(&scope, fp, |_| async { Ok(8) }).await?;
 /// assert_eq!((first.kind(), *first.value()), (OutcomeKind::Executed, 7));
 /// assert_eq!((again.kind(), again.into_value()), (OutcomeKind::Replayed, 7));
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
+#[must_use = "an outcome holds the call's value and says how it was obtained"]
 pub struct Outcome<V> {
     value: V,
     kind: OutcomeKind,
@@ -57,6 +58,7 @@ pub struct Outcome<V> {
 
 /// Where the value of an [`Outcome`] was produced (D1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Source {
     /// This engine, which has no shared tier behind it (an [`Engine`](crate::Engine)).
     Local,
@@ -71,7 +73,27 @@ pub enum Source {
 }
 
 impl<V> Outcome<V> {
-    pub(crate) fn new(value: V, kind: OutcomeKind, expires_at: Instant) -> Self {
+    /// An outcome: the value, how this call got it, and when its stored result expires; its
+    /// [`source`](Self::source) is [`Source::Local`], it has no
+    /// [`fencing_token`](Self::fencing_token), and it [`is_recorded`](Self::is_recorded). The
+    /// `with_*` methods set the rest, for a deduplicator outside this crate (a store with a mode
+    /// of its own, such as `idem-postgres`' transactional engine).
+    ///
+    /// ```
+    /// use idem_dedup::remote::FencingToken;
+    /// use idem_dedup::{Outcome, OutcomeKind, Source};
+    /// use tokio::time::Instant;
+    ///
+    /// let at = Instant::now();
+    /// let o = Outcome::new(7, OutcomeKind::Executed, at)
+    ///     .with_source(Source::ThisInstance)
+    ///     .with_fencing_token(FencingToken::new(3));
+    /// assert_eq!((o.kind(), o.source()), (OutcomeKind::Executed, Source::ThisInstance));
+    /// assert_eq!(o.fencing_token(), Some(FencingToken::new(3)));
+    /// assert!(o.is_recorded());
+    /// assert!(!o.unrecorded().is_recorded());
+    /// ```
+    pub const fn new(value: V, kind: OutcomeKind, expires_at: Instant) -> Self {
         Outcome {
             value,
             kind,
@@ -82,45 +104,30 @@ impl<V> Outcome<V> {
         }
     }
 
-    /// An outcome made by a deduplicator outside this crate (a tier with a mode of its own, such
-    /// as `idem-postgres`' transactional engine): the value, how and where it was obtained, the
-    /// fencing token of the run that produced it, and whether the shared record holds it.
-    ///
-    /// ```
-    /// use idem_dedup::remote::FencingToken;
-    /// use idem_dedup::{Outcome, OutcomeKind, Source};
-    /// let at = tokio::time::Instant::now();
-    /// let o = Outcome::from_parts(7, OutcomeKind::Executed, at, Source::ThisInstance, Some(FencingToken::new(3)), true);
-    /// assert_eq!((o.kind(), o.source(), o.fencing_token()), (OutcomeKind::Executed, Source::ThisInstance, Some(FencingToken::new(3))));
-    /// ```
-    pub fn from_parts(
-        value: V,
-        kind: OutcomeKind,
-        expires_at: Instant,
-        source: Source,
-        token: Option<FencingToken>,
-        recorded: bool,
-    ) -> Self {
-        Outcome::tiered(value, kind, expires_at, source, token, recorded)
+    /// Where the value was produced. Default: [`Source::Local`].
+    pub const fn with_source(mut self, source: Source) -> Self {
+        self.source = source;
+        self
     }
 
-    /// An outcome of a tiered engine.
-    pub(crate) fn tiered(
-        value: V,
-        kind: OutcomeKind,
-        expires_at: Instant,
-        source: Source,
-        token: Option<FencingToken>,
-        recorded: bool,
-    ) -> Self {
-        Outcome {
-            value,
-            kind,
-            source,
-            recorded,
-            token: token.map_or(0, FencingToken::get),
-            expires_at,
-        }
+    /// The fencing token of the claim the value was produced under;
+    /// [`FencingToken::UNFENCED`] is none. Default: none.
+    pub const fn with_fencing_token(mut self, token: FencingToken) -> Self {
+        self.token = token.get();
+        self
+    }
+
+    /// Marks the value as not held by the shared record: the action ran, but its completion
+    /// could not be written (yet), or there was no claim. Default: recorded.
+    pub const fn unrecorded(mut self) -> Self {
+        self.recorded = false;
+        self
+    }
+
+    /// When the stored result expires (tokio clock).
+    pub const fn with_expires_at(mut self, expires_at: Instant) -> Self {
+        self.expires_at = expires_at;
+        self
     }
 
     /// The value.

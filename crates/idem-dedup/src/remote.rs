@@ -193,179 +193,18 @@
 //! # Ok(()) }
 //! ```
 
-use std::fmt;
 use std::future::Future;
-use std::hash::BuildHasher;
 use std::time::Duration;
 
 use idem_core::{Fingerprint, Scope, Status};
 
-pub use crate::waiters::{Waiters, Waiting};
+mod claim;
+mod token;
+mod waiters;
 
-/// A number handed out with each claim of a scope that only grows: a later claim of the same
-/// scope always gets a larger token than every earlier one, even across a loss of the tier's
-/// data (each tier's docs say how it keeps that).
-///
-/// Pass it to the store that takes the side effect; the [module docs](self#fencing-what-a-token-protects-and-what-it-does-not)
-/// say exactly what that protects.
-///
-/// [`FencingToken::UNFENCED`] (zero) marks a run made without any claim (fail-open); real
-/// tokens start at 1.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-pub struct FencingToken(u64);
-
-impl FencingToken {
-    /// The token of a run made without a claim (fail-open): lower than every real token.
-    pub const UNFENCED: FencingToken = FencingToken(0);
-
-    /// A token from its number.
-    pub const fn new(n: u64) -> Self {
-        FencingToken(n)
-    }
-
-    /// The number.
-    pub const fn get(self) -> u64 {
-        self.0
-    }
-
-    /// Whether this is a real claim's token (not [`UNFENCED`](Self::UNFENCED)).
-    pub const fn is_fenced(self) -> bool {
-        self.0 != 0
-    }
-}
-
-impl fmt::Debug for FencingToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "FencingToken({})", self.0)
-    }
-}
-
-impl fmt::Display for FencingToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-/// Names the maker of a claim: one per tiered engine, random (see the [module
-/// docs](self#owners-and-orphans)). Shown as 32 hex digits.
-///
-/// ```
-/// use idem_dedup::remote::OwnerId;
-/// let a = OwnerId::random();
-/// assert_ne!(a, OwnerId::random());
-/// assert_eq!(a.to_string().len(), 32);
-/// assert_eq!(OwnerId::from_u128(255).to_string(), "000000000000000000000000000000ff");
-/// ```
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct OwnerId(u128);
-
-impl OwnerId {
-    /// A new random id (from the standard library's randomly seeded hasher, the clock and the
-    /// process id, so two processes, or two engines in one, never share one in practice).
-    pub fn random() -> Self {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let one = std::hash::RandomState::new().hash_one((nanos, std::process::id(), 1u8));
-        let two = std::hash::RandomState::new().hash_one((nanos, std::process::id(), 2u8));
-        OwnerId((u128::from(one) << 64) | u128::from(two))
-    }
-
-    /// An id from its number (tests, or an id kept across restarts on purpose).
-    pub const fn from_u128(n: u128) -> Self {
-        OwnerId(n)
-    }
-
-    /// The number.
-    pub const fn get(self) -> u128 {
-        self.0
-    }
-}
-
-impl fmt::Debug for OwnerId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "OwnerId({:032x})", self.0)
-    }
-}
-
-impl fmt::Display for OwnerId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:032x}", self.0)
-    }
-}
-
-/// A claim held by its maker: what [`complete`](RemoteTier::complete) and
-/// [`release`](RemoteTier::release) present to the tier.
-#[derive(Debug, Clone, Copy)]
-pub struct Claim<'a> {
-    /// The scope claimed.
-    pub scope: &'a Scope,
-    /// The request fingerprint the claim was made with (a completion whose record lapsed is
-    /// written again with it).
-    pub fingerprint: Fingerprint,
-    /// The claim's token.
-    pub token: FencingToken,
-    /// Who made the claim.
-    pub owner: OwnerId,
-}
-
-/// What [`RemoteTier::claim`] found (D1, K4).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ClaimOutcome {
-    /// Nobody held the scope, or only an orphan of this owner did: this caller holds it now, with
-    /// a lease, and must run the action and then complete or release with `token`.
-    Claimed {
-        /// The claim's fencing token.
-        token: FencingToken,
-        /// Whether the scope was held by an orphaned claim of the same owner, now taken back.
-        reclaimed: bool,
-    },
-    /// Another owner holds the scope and its lease still runs.
-    InFlightElsewhere {
-        /// The holder's token (pass it to [`RemoteTier::wait`]).
-        holder: FencingToken,
-        /// How long the holder's lease still runs; after that a new claim succeeds.
-        lease_left: Duration,
-    },
-    /// The scope completed with the same fingerprint; here is the stored, encoded value.
-    Completed(Vec<u8>),
-    /// The scope is held or completed with another fingerprint: the same key was reused for a
-    /// different request. The action must not run (`FAILED_PRECONDITION`).
-    Conflict,
-}
-
-/// Whether a complete or release still held the claim.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Commit {
-    /// The token held the claim; the record was written (complete) or removed (release).
-    Committed,
-    /// A later claim exists (the scope's fence moved past the token), or the scope is already
-    /// completed: nothing was written.
-    FencedOut,
-}
-
-/// What a tier holds for a scope, for operators (E13).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RemoteRecord {
-    /// In flight or completed.
-    pub state: RecordState,
-    /// Time until the record lapses (the lease while in flight, the TTL once completed), when the
-    /// tier knows it.
-    pub expires_in: Option<Duration>,
-}
-
-/// The state part of [`RemoteRecord`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecordState {
-    /// A claim holds the scope.
-    InFlight {
-        /// The holder's token.
-        holder: FencingToken,
-    },
-    /// A result is stored.
-    Completed,
-}
+pub use claim::{Claim, ClaimOutcome, Commit, RecordState, RemoteRecord};
+pub use token::{FencingToken, OwnerId};
+pub use waiters::{Waiters, Waiting};
 
 /// A shared record of scopes that several instances consult (D1–D6); see the [module
 /// docs](self) for the protocol and a complete implementation.

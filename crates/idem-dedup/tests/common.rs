@@ -58,7 +58,7 @@ pub(crate) fn spawn_call<V: Clone + Send + Sync + 'static>(
     let (engine, s) = (engine.clone(), s.clone());
     tokio::spawn(async move {
         engine
-            .execute(&s, fp(body), move || async move { Ok(value) })
+            .execute(&s, fp(body), move |_| async move { Ok(value) })
             .await
     })
 }
@@ -79,7 +79,7 @@ where
     let executed = engine.stats().outcomes.executed;
     let (e, s) = (engine.clone(), s.clone());
     let call = tokio::spawn(async move {
-        e.execute(&s, fp(body), move || async move {
+        e.execute(&s, fp(body), move |_| async move {
             gate.await.ok();
             finish()
         })

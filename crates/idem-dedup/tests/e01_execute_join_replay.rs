@@ -16,7 +16,7 @@ async fn e1_first_call_executes_later_calls_replay() {
     let s = scope("order-0001");
     let r = runs.clone();
     let first = engine
-        .execute(&s, fp("a"), move || async move {
+        .execute(&s, fp("a"), move |_| async move {
             r.hit();
             Ok(7)
         })
@@ -27,7 +27,7 @@ async fn e1_first_call_executes_later_calls_replay() {
     for _ in 0..3 {
         let r = runs.clone();
         let again = engine
-            .execute(&s, fp("a"), move || async move {
+            .execute(&s, fp("a"), move |_| async move {
                 r.hit();
                 Ok(8)
             })
@@ -56,7 +56,7 @@ async fn e1_ten_thousand_concurrent_calls_on_one_scope_run_once() {
         let (engine, runs, s) = (engine.clone(), runs.clone(), s.clone());
         tasks.push(tokio::spawn(async move {
             engine
-                .execute(&s, fp("same"), move || async move {
+                .execute(&s, fp("same"), move |_| async move {
                     runs.hit();
                     tokio::task::yield_now().await;
                     Ok(Arc::from("order-77"))
@@ -87,7 +87,7 @@ async fn e1_ten_thousand_distinct_scopes_run_ten_thousand_times() {
         let (engine, runs) = (engine.clone(), runs.clone());
         tasks.push(tokio::spawn(async move {
             engine
-                .execute(&nth_scope(i), fp("x"), move || async move {
+                .execute(&nth_scope(i), fp("x"), move |_| async move {
                     runs.hit();
                     Ok(i)
                 })
@@ -128,13 +128,13 @@ async fn k4_same_scope_other_fingerprint_conflicts_when_completed() {
     let engine = Engine::<u32>::builder().build().unwrap();
     let runs = Runs::default();
     let s = scope("order-0003");
-    engine
-        .execute(&s, fp("qty=1"), || async { Ok(1) })
+    let _ = engine
+        .execute(&s, fp("qty=1"), |_| async { Ok(1) })
         .await
         .unwrap();
     let r = runs.clone();
     let err = engine
-        .execute(&s, fp("qty=2"), move || async move {
+        .execute(&s, fp("qty=2"), move |_| async move {
             r.hit();
             Ok(2)
         })
@@ -157,7 +157,7 @@ async fn k4_same_scope_other_fingerprint_conflicts_while_in_flight() {
     let runs = Runs::default();
     let r = runs.clone();
     let err = engine
-        .execute(&s, fp("qty=2"), move || async move {
+        .execute(&s, fp("qty=2"), move |_| async move {
             r.hit();
             Ok(2)
         })
@@ -176,11 +176,11 @@ async fn e11_values_are_shared_not_copied() {
     let big = Arc::new(vec![7u8; 1 << 20]);
     let b = big.clone();
     let first = engine
-        .execute(&s, fp("a"), move || async move { Ok(b) })
+        .execute(&s, fp("a"), move |_| async move { Ok(b) })
         .await
         .unwrap();
     let replay = engine
-        .execute(&s, fp("a"), || async { Ok(Arc::new(Vec::new())) })
+        .execute(&s, fp("a"), |_| async { Ok(Arc::new(Vec::new())) })
         .await
         .unwrap();
     assert!(Arc::ptr_eq(first.value(), &big));
@@ -200,7 +200,7 @@ async fn e14_reject_policy_answers_aborted_at_once() {
     let s = scope("order-0006");
     let (leader, release) = gated_leader(&engine, &s, "a", || Ok(5)).await;
     let err = engine
-        .execute(&s, fp("a"), || async { Ok(6) })
+        .execute(&s, fp("a"), |_| async { Ok(6) })
         .await
         .unwrap_err();
     assert_eq!(
@@ -215,7 +215,7 @@ async fn e14_reject_policy_answers_aborted_at_once() {
     assert_eq!(*leader.await.unwrap().unwrap().value(), 5);
     // After completion, Reject still replays.
     let again = engine
-        .execute(&s, fp("a"), || async { Ok(6) })
+        .execute(&s, fp("a"), |_| async { Ok(6) })
         .await
         .unwrap();
     assert_eq!((again.kind(), *again.value()), (OutcomeKind::Replayed, 5));
@@ -230,11 +230,11 @@ async fn e14_wait_is_the_default_policy() {
     let engine = Engine::<u32>::builder().build().unwrap();
     let s = scope("order-0007");
     let (a, b) = tokio::join!(
-        engine.execute(&s, fp("a"), || async {
+        engine.execute(&s, fp("a"), |_| async {
             tokio::task::yield_now().await;
             Ok(1)
         }),
-        engine.execute(&s, fp("a"), || async { Ok(2) }),
+        engine.execute(&s, fp("a"), |_| async { Ok(2) }),
     );
     assert_eq!(*a.unwrap().value(), 1);
     let b = b.unwrap();
@@ -261,7 +261,7 @@ async fn e1_long_scopes_run_once_replay_and_conflict_like_short_ones() {
             let r = runs.clone();
             async move {
                 engine
-                    .execute(s, fp("body"), move || async move {
+                    .execute(s, fp("body"), move |_| async move {
                         r.hit();
                         tokio::task::yield_now().await;
                         Ok(i)
@@ -278,10 +278,10 @@ async fn e1_long_scopes_run_once_replay_and_conflict_like_short_ones() {
         assert_eq!(i, v, "every caller got its own scope's value");
     }
     for (i, s) in long.iter().chain(&short).enumerate() {
-        let again = engine.execute(s, fp("body"), || async { Ok(usize::MAX) });
+        let again = engine.execute(s, fp("body"), |_| async { Ok(usize::MAX) });
         let again = again.await.unwrap();
         assert_eq!((again.kind(), *again.value()), (OutcomeKind::Replayed, i));
-        let other = engine.execute(s, fp("other body"), || async { Ok(0) });
+        let other = engine.execute(s, fp("other body"), |_| async { Ok(0) });
         assert!(matches!(other.await, Err(DedupError::Conflict)));
     }
     assert_eq!(runs.get(), 128);

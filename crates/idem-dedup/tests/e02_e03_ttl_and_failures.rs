@@ -15,21 +15,21 @@ const TTL: Duration = Duration::from_secs(24 * 3600);
 async fn e2_result_is_gone_at_exactly_completion_plus_ttl() {
     let engine = Engine::<u32>::builder().shards(1).build().unwrap();
     let s = scope("order-ttl-1");
-    engine
-        .execute(&s, fp("a"), || async { Ok(1) })
+    let _ = engine
+        .execute(&s, fp("a"), |_| async { Ok(1) })
         .await
         .unwrap();
     // Just before the TTL: replayed.
     advance(TTL - Duration::from_millis(1)).await;
     let r = engine
-        .execute(&s, fp("a"), || async { Ok(2) })
+        .execute(&s, fp("a"), |_| async { Ok(2) })
         .await
         .unwrap();
     assert_eq!((r.kind(), *r.value()), (OutcomeKind::Replayed, 1));
     // At exactly completion + TTL: gone, runs again.
     advance(Duration::from_millis(1)).await;
     let r = engine
-        .execute(&s, fp("a"), || async { Ok(2) })
+        .execute(&s, fp("a"), |_| async { Ok(2) })
         .await
         .unwrap();
     assert_eq!((r.kind(), *r.value()), (OutcomeKind::Executed, 2));
@@ -46,7 +46,7 @@ async fn e2_a_result_stored_again_after_a_forget_expires_at_its_own_ttl() {
         let engine = &engine;
         async move {
             let r = engine
-                .execute(s, fp("a"), move || async move { Ok(v) })
+                .execute(s, fp("a"), move |_| async move { Ok(v) })
                 .await;
             let r = r.unwrap();
             (r.kind(), *r.value())
@@ -90,8 +90,8 @@ async fn e2_expired_results_are_removed_without_any_read() {
         .unwrap();
     for i in 0..100 {
         let s = common::nth_scope(i);
-        engine
-            .execute(&s, fp("a"), || async { Ok(1) })
+        let _ = engine
+            .execute(&s, fp("a"), |_| async { Ok(1) })
             .await
             .unwrap();
     }
@@ -112,8 +112,8 @@ async fn e2_ttl_counts_from_completion_not_start() {
         .unwrap();
     let s = scope("order-ttl-2");
     // The action takes 5 s; the result must live 10 s after it completes.
-    engine
-        .execute(&s, fp("a"), || async {
+    let _ = engine
+        .execute(&s, fp("a"), |_| async {
             tokio::time::sleep(Duration::from_secs(5)).await;
             Ok(1)
         })
@@ -121,7 +121,7 @@ async fn e2_ttl_counts_from_completion_not_start() {
         .unwrap();
     advance(Duration::from_secs(9)).await;
     let r = engine
-        .execute(&s, fp("a"), || async { Ok(2) })
+        .execute(&s, fp("a"), |_| async { Ok(2) })
         .await
         .unwrap();
     assert_eq!(r.kind(), OutcomeKind::Replayed);
@@ -162,7 +162,7 @@ async fn e3_failure_is_not_cached_and_every_waiter_gets_it() {
     // Not cached: the next call runs again.
     let r = runs.clone();
     let next = engine
-        .execute(&s, fp("a"), move || async move {
+        .execute(&s, fp("a"), move |_| async move {
             r.hit();
             Ok(3)
         })
@@ -187,7 +187,7 @@ async fn e3_e13_failures_cached_by_declared_code_with_their_own_ttl() {
     for _ in 0..3 {
         let r = runs.clone();
         let _ = engine
-            .execute(&permanent, fp("a"), move || async move {
+            .execute(&permanent, fp("a"), move |_| async move {
                 r.hit();
                 Err(Status::new(Code::FailedPrecondition, "insufficient funds"))
             })
@@ -199,7 +199,7 @@ async fn e3_e13_failures_cached_by_declared_code_with_their_own_ttl() {
         "the permanent failure was cached and replayed"
     );
     let err = engine
-        .execute(&permanent, fp("a"), || async { Ok(1) })
+        .execute(&permanent, fp("a"), |_| async { Ok(1) })
         .await
         .unwrap_err();
     assert!(matches!(
@@ -217,7 +217,7 @@ async fn e3_e13_failures_cached_by_declared_code_with_their_own_ttl() {
     for _ in 0..3 {
         let r = runs.clone();
         let _ = engine
-            .execute(&transient, fp("a"), move || async move {
+            .execute(&transient, fp("a"), move |_| async move {
                 r.hit();
                 Err(Status::new(Code::Unavailable, "try later"))
             })
@@ -228,7 +228,7 @@ async fn e3_e13_failures_cached_by_declared_code_with_their_own_ttl() {
     // The cached failure lives for its own TTL.
     advance(Duration::from_secs(30)).await;
     let ok = engine
-        .execute(&permanent, fp("a"), || async { Ok(7) })
+        .execute(&permanent, fp("a"), |_| async { Ok(7) })
         .await
         .unwrap();
     assert_eq!((ok.kind(), *ok.value()), (OutcomeKind::Executed, 7));
@@ -238,15 +238,15 @@ async fn e3_e13_failures_cached_by_declared_code_with_their_own_ttl() {
 async fn e3_e13_forget_removes_a_stored_result() {
     let engine = Engine::<u32>::builder().build().unwrap();
     let s = scope("order-forget");
-    engine
-        .execute(&s, fp("a"), || async { Ok(1) })
+    let _ = engine
+        .execute(&s, fp("a"), |_| async { Ok(1) })
         .await
         .unwrap();
     assert!(engine.forget(&s).await.unwrap());
     assert!(!engine.forget(&s).await.unwrap(), "nothing left to forget");
     assert_eq!(engine.lookup(&s).await.unwrap(), None);
     let r = engine
-        .execute(&s, fp("b"), || async { Ok(2) })
+        .execute(&s, fp("b"), |_| async { Ok(2) })
         .await
         .unwrap();
     assert_eq!((r.kind(), *r.value()), (OutcomeKind::Executed, 2));
@@ -283,8 +283,12 @@ async fn e2_a_flood_of_simultaneous_expiries_is_removed_in_batches() {
         .build()
         .unwrap();
     for i in 0..N {
-        engine
-            .execute(&common::nth_scope(i), fp("a"), move || async move { Ok(i) })
+        let _ = engine
+            .execute(
+                &common::nth_scope(i),
+                fp("a"),
+                move |_| async move { Ok(i) },
+            )
             .await
             .unwrap();
     }
@@ -293,7 +297,7 @@ async fn e2_a_flood_of_simultaneous_expiries_is_removed_in_batches() {
     eventually("expired by the wheel", || engine.stats().completed == 0).await;
     assert_eq!(engine.stats().outcomes.expired, N);
     let again = engine
-        .execute(&common::nth_scope(N - 1), fp("a"), || async { Ok(0) })
+        .execute(&common::nth_scope(N - 1), fp("a"), |_| async { Ok(0) })
         .await
         .unwrap();
     assert_eq!(again.kind(), OutcomeKind::Executed);
@@ -308,14 +312,14 @@ async fn e2_a_forgotten_runs_timer_leaves_the_next_run_in_its_reused_entry_alone
     let engine = Engine::<u32>::builder().shards(1).ttl(ttl).build().unwrap();
     let s = scope("order-reuse-1");
     let first = engine
-        .execute(&s, fp("a"), || async { Ok(1) })
+        .execute(&s, fp("a"), |_| async { Ok(1) })
         .await
         .unwrap();
     assert_eq!(first.kind(), OutcomeKind::Executed);
     assert!(engine.forget(&s).await.unwrap());
     advance(Duration::from_secs(5)).await;
     let second = engine
-        .execute(&s, fp("a"), || async { Ok(2) })
+        .execute(&s, fp("a"), |_| async { Ok(2) })
         .await
         .unwrap();
     assert_eq!((second.kind(), *second.value()), (OutcomeKind::Executed, 2));
@@ -323,7 +327,7 @@ async fn e2_a_forgotten_runs_timer_leaves_the_next_run_in_its_reused_entry_alone
     advance(Duration::from_secs(6)).await;
     tokio::task::yield_now().await;
     let r = engine
-        .execute(&s, fp("a"), || async { Ok(3) })
+        .execute(&s, fp("a"), |_| async { Ok(3) })
         .await
         .unwrap();
     assert_eq!((r.kind(), *r.value()), (OutcomeKind::Replayed, 2));

@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::{fp, scope};
 use idem_core::Status;
 use idem_dedup::tiered::TieredEngine;
-use idem_dedup::{OutcomeKind, Source};
+use idem_dedup::{LocalCache, OutcomeKind, Source};
 use tier::MemTier;
 use tokio::time::Instant;
 
@@ -19,8 +19,7 @@ async fn e2_a_recorded_run_expires_with_the_shared_record_not_the_local_copy() {
     let build = || {
         TieredEngine::<String, MemTier>::builder(tier.clone())
             .ttl(Duration::from_secs(3600))
-            .local_ttl(Duration::from_secs(10))
-            .local_shards(1)
+            .local(LocalCache::new().ttl(Duration::from_secs(10)).shards(1))
             .build()
             .unwrap()
     };

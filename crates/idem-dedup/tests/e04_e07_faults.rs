@@ -16,7 +16,7 @@ async fn still_serves(engine: &Engine<u32>) {
     let s = scope("order-after-fault");
     engine.forget(&s).await.unwrap();
     let out = engine
-        .execute(&s, fp("z"), || async { Ok(99) })
+        .execute(&s, fp("z"), |_| async { Ok(99) })
         .await
         .unwrap();
     assert_eq!((out.kind(), *out.value()), (OutcomeKind::Executed, 99));
@@ -27,7 +27,7 @@ async fn e4_panicking_action_is_internal_and_the_shard_keeps_serving() {
     let engine = Engine::<u32>::builder().shards(1).build().unwrap();
     let s = scope("order-panic");
     let err = engine
-        .execute(&s, fp("a"), || async { panic!("boom in action") })
+        .execute(&s, fp("a"), |_| async { panic!("boom in action") })
         .await
         .unwrap_err();
     assert_eq!(
@@ -39,14 +39,14 @@ async fn e4_panicking_action_is_internal_and_the_shard_keeps_serving() {
     assert_eq!(err.code(), Code::Internal);
     // A panic is not cached: the next call runs.
     let ok = engine
-        .execute(&s, fp("a"), || async { Ok(1) })
+        .execute(&s, fp("a"), |_| async { Ok(1) })
         .await
         .unwrap();
     assert_eq!(ok.kind(), OutcomeKind::Executed);
     // A panic in the closure that makes the future counts the same.
     let s2 = scope("order-panic-2");
     let err = engine
-        .execute(&s2, fp("a"), || -> std::future::Ready<Result<u32, _>> {
+        .execute(&s2, fp("a"), |_| -> std::future::Ready<Result<u32, _>> {
             panic!("boom in closure")
         })
         .await
@@ -80,7 +80,7 @@ async fn e5_run_survives_caller_drop() {
         let (engine, s) = (engine.clone(), s.clone());
         tokio::spawn(async move {
             engine
-                .execute(&s, fp("a"), move || async move {
+                .execute(&s, fp("a"), move |_| async move {
                     started_tx.send(()).ok();
                     gate.await.ok();
                     r.hit();
@@ -98,7 +98,7 @@ async fn e5_run_survives_caller_drop() {
     eventually("stored after hand-off", || engine.stats().completed == 1).await;
     assert_eq!(runs.get(), 1);
     let retry = engine
-        .execute(&s, fp("a"), || async { Ok(6) })
+        .execute(&s, fp("a"), |_| async { Ok(6) })
         .await
         .unwrap();
     assert_eq!((retry.kind(), *retry.value()), (OutcomeKind::Replayed, 5));
@@ -116,7 +116,7 @@ async fn e5_leader_deadline_returns_deadline_exceeded_and_the_run_goes_on() {
             &s,
             fp("a"),
             Deadline::after(Duration::from_millis(100)),
-            move || async move {
+            move |_| async move {
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 r.hit();
                 Ok(8)
@@ -131,7 +131,7 @@ async fn e5_leader_deadline_returns_deadline_exceeded_and_the_run_goes_on() {
     eventually("stored", || engine.stats().completed == 1).await;
     assert_eq!(runs.get(), 1);
     let retry = engine
-        .execute(&s, fp("a"), || async { Ok(0) })
+        .execute(&s, fp("a"), |_| async { Ok(0) })
         .await
         .unwrap();
     assert_eq!((retry.kind(), *retry.value()), (OutcomeKind::Replayed, 8));
@@ -146,7 +146,7 @@ async fn e5_waiter_deadline_does_not_disturb_the_run() {
         let (engine, s) = (engine.clone(), s.clone());
         tokio::spawn(async move {
             engine
-                .execute(&s, fp("a"), || async {
+                .execute(&s, fp("a"), |_| async {
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     Ok(3)
                 })
@@ -159,7 +159,7 @@ async fn e5_waiter_deadline_does_not_disturb_the_run() {
             &s,
             fp("a"),
             Deadline::after(Duration::from_millis(200)),
-            || async { Ok(0) },
+            |_| async { Ok(0) },
         )
         .await
         .unwrap_err();
@@ -187,7 +187,7 @@ async fn e6_hung_action_is_cancelled_at_its_lease() {
         let (engine, s) = (engine.clone(), s.clone());
         tokio::spawn(async move {
             engine
-                .execute(&s, fp("a"), || async move {
+                .execute(&s, fp("a"), |_| async move {
                     let _guard = OnDrop(Some(dropped_tx));
                     std::future::pending::<()>().await;
                     Ok(1)
@@ -198,7 +198,7 @@ async fn e6_hung_action_is_cancelled_at_its_lease() {
     eventually("in flight", || engine.stats().in_flight == 1).await;
     let waiter = {
         let (engine, s) = (engine.clone(), s.clone());
-        tokio::spawn(async move { engine.execute(&s, fp("a"), || async { Ok(2) }).await })
+        tokio::spawn(async move { engine.execute(&s, fp("a"), |_| async { Ok(2) }).await })
     };
     eventually("joined", || engine.stats().outcomes.joined == 1).await;
     let lease = DedupError::LeaseExpired {
@@ -213,7 +213,7 @@ async fn e6_hung_action_is_cancelled_at_its_lease() {
     assert_eq!(engine.stats().in_flight, 0);
     // The scope is free again.
     let out = engine
-        .execute(&s, fp("a"), || async { Ok(3) })
+        .execute(&s, fp("a"), |_| async { Ok(3) })
         .await
         .unwrap();
     assert_eq!((out.kind(), *out.value()), (OutcomeKind::Executed, 3));
@@ -232,7 +232,7 @@ async fn e6_lease_also_bounds_a_handed_off_run() {
         let (engine, s) = (engine.clone(), s.clone());
         tokio::spawn(async move {
             engine
-                .execute(&s, fp("a"), std::future::pending::<Result<u32, _>>)
+                .execute(&s, fp("a"), |_| std::future::pending::<Result<u32, _>>())
                 .await
         })
     };
@@ -254,15 +254,15 @@ async fn e7_full_engine_refuses_new_scopes_never_evicts_and_replays_work() {
         .build()
         .unwrap();
     for i in 0..10 {
-        engine
-            .execute(&nth_scope(i), fp("a"), move || async move { Ok(i as u32) })
+        let _ = engine
+            .execute(&nth_scope(i), fp("a"), move |_| async move { Ok(i as u32) })
             .await
             .unwrap();
     }
     let runs = Runs::default();
     let r = runs.clone();
     let err = engine
-        .execute(&nth_scope(10), fp("a"), move || async move {
+        .execute(&nth_scope(10), fp("a"), move |_| async move {
             r.hit();
             Ok(0)
         })
@@ -279,7 +279,7 @@ async fn e7_full_engine_refuses_new_scopes_never_evicts_and_replays_work() {
     // Nothing was evicted: every stored result still replays.
     for i in 0..10 {
         let out = engine
-            .execute(&nth_scope(i), fp("a"), || async { Ok(1000) })
+            .execute(&nth_scope(i), fp("a"), |_| async { Ok(1000) })
             .await
             .unwrap();
         assert_eq!(
@@ -292,7 +292,7 @@ async fn e7_full_engine_refuses_new_scopes_never_evicts_and_replays_work() {
     advance(Duration::from_secs(60)).await;
     eventually("expired", || engine.stats().entries() == 0).await;
     let out = engine
-        .execute(&nth_scope(10), fp("a"), || async { Ok(10) })
+        .execute(&nth_scope(10), fp("a"), |_| async { Ok(10) })
         .await
         .unwrap();
     assert_eq!(out.kind(), OutcomeKind::Executed);
@@ -311,7 +311,7 @@ async fn e7_room_freed_by_a_failed_run_is_reused_at_once() {
         .unwrap();
     for i in 0..20 {
         let err = engine
-            .execute(&nth_scope(i), fp("a"), || async {
+            .execute(&nth_scope(i), fp("a"), |_| async {
                 Err(idem_core::Status::new(Code::Unavailable, "down"))
             })
             .await
@@ -319,13 +319,13 @@ async fn e7_room_freed_by_a_failed_run_is_reused_at_once() {
         assert_eq!(err.code(), Code::Unavailable, "call {i}: {err}");
     }
     let out = engine
-        .execute(&nth_scope(20), fp("a"), || async { Ok(20) })
+        .execute(&nth_scope(20), fp("a"), |_| async { Ok(20) })
         .await
         .unwrap();
     assert_eq!((out.kind(), *out.value()), (OutcomeKind::Executed, 20));
     // Now full: the next new scope is refused, and the stored one still replays.
     let err = engine
-        .execute(&nth_scope(21), fp("a"), || async { Ok(21) })
+        .execute(&nth_scope(21), fp("a"), |_| async { Ok(21) })
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted);
@@ -338,14 +338,14 @@ async fn e5_leader_dropped_before_it_starts_frees_the_scope() {
     let engine = Engine::<u32>::builder().shards(1).build().unwrap();
     let s = scope("order-early-drop");
     for _ in 0..50 {
-        let fut = engine.execute(&s, fp("a"), || async { Ok(1) });
+        let fut = engine.execute(&s, fp("a"), |_| async { Ok(1) });
         // Poll once (sends Begin), then drop.
         let mut fut = Box::pin(fut);
         let _ = futures::poll!(fut.as_mut());
         drop(fut);
     }
     let out = engine
-        .execute(&s, fp("a"), || async { Ok(2) })
+        .execute(&s, fp("a"), |_| async { Ok(2) })
         .await
         .unwrap();
     assert_eq!(*out.value(), 2, "no abandoned entry blocked the scope");
@@ -368,7 +368,7 @@ async fn e6_a_run_that_ended_just_before_its_lease_is_stored_not_expired() {
     let runs = Runs::default();
     let r = runs.clone();
     let first = engine
-        .execute(&s, fp("a"), move || async move {
+        .execute(&s, fp("a"), move |_| async move {
             r.hit();
             tokio::time::sleep(Duration::from_millis(99)).await;
             Ok(7)
@@ -380,7 +380,7 @@ async fn e6_a_run_that_ended_just_before_its_lease_is_stored_not_expired() {
     advance(Duration::from_millis(5)).await;
     let r = runs.clone();
     let again = engine
-        .execute(&s, fp("a"), move || async move {
+        .execute(&s, fp("a"), move |_| async move {
             r.hit();
             Ok(8)
         })
@@ -407,7 +407,7 @@ async fn e6_a_leader_whose_run_was_swept_at_its_lease_gets_the_lease_error() {
     let s = scope("order-swept-leader");
     let runs = Runs::default();
     let r = runs.clone();
-    let mut leader = Box::pin(engine.execute(&s, fp("a"), move || async move {
+    let mut leader = Box::pin(engine.execute(&s, fp("a"), move |_| async move {
         r.hit();
         Ok(1)
     }));
@@ -425,12 +425,12 @@ async fn e6_a_leader_whose_run_was_swept_at_its_lease_gets_the_lease_error() {
     );
     assert_eq!(runs.get(), 1);
     let retry = engine
-        .execute(&s, fp("a"), || async { Ok(2) })
+        .execute(&s, fp("a"), |_| async { Ok(2) })
         .await
         .unwrap();
     assert_eq!((retry.kind(), *retry.value()), (OutcomeKind::Executed, 2));
     let replay = engine
-        .execute(&s, fp("a"), || async { Ok(3) })
+        .execute(&s, fp("a"), |_| async { Ok(3) })
         .await
         .unwrap();
     assert_eq!((replay.kind(), *replay.value()), (OutcomeKind::Replayed, 2));
@@ -451,7 +451,7 @@ async fn e6_a_swept_leader_with_a_cacheable_failure_gets_the_lease_error() {
         .build()
         .unwrap();
     let s = scope("order-swept-leader-2");
-    let mut leader = Box::pin(engine.execute(&s, fp("a"), || async {
+    let mut leader = Box::pin(engine.execute(&s, fp("a"), |_| async {
         Err(idem_core::Status::new(
             Code::FailedPrecondition,
             "out of stock",

@@ -33,7 +33,7 @@ async fn e7_a_failed_run_frees_its_slot_for_every_shard_before_its_caller_return
     for i in 0..400 {
         let r = runs.clone();
         let err = engine
-            .execute(&nth_scope(i), fp("a"), move || async move {
+            .execute(&nth_scope(i), fp("a"), move |_| async move {
                 r.hit();
                 Err::<u32, _>(Status::new(Code::Unavailable, "payment service down"))
             })
@@ -52,11 +52,13 @@ async fn e7_a_panicked_run_frees_its_slot_for_every_shard_before_its_caller_retu
     for i in 0..40 {
         let err = if i % 2 == 0 {
             engine
-                .execute(&nth_scope(i), fp("a"), || async { panic!("e7 test panic") })
+                .execute(&nth_scope(i), fp("a"), |_| async {
+                    panic!("e7 test panic")
+                })
                 .await
         } else {
             engine
-                .execute(&nth_scope(i), fp("a"), || -> std::future::Ready<_> {
+                .execute(&nth_scope(i), fp("a"), |_| -> std::future::Ready<_> {
                     panic!("e7 test panic in closure")
                 })
                 .await
@@ -83,7 +85,7 @@ async fn e7_joiners_of_a_failed_run_find_its_slot_free() {
         let err = waiter.await.unwrap().unwrap_err();
         assert_eq!(err.code(), Code::Unavailable);
         let next = engine
-            .execute(&nth_scope(2 * i + 1), fp("a"), || async {
+            .execute(&nth_scope(2 * i + 1), fp("a"), |_| async {
                 Err::<u32, _>(Status::new(Code::NotFound, "no such sku"))
             })
             .await
@@ -101,7 +103,7 @@ async fn e7_a_forgotten_result_frees_its_slot_before_forget_returns() {
     for i in 0..200 {
         let s = nth_scope(i);
         let out = engine
-            .execute(&s, fp("a"), move || async move { Ok(i as u32) })
+            .execute(&s, fp("a"), move |_| async move { Ok(i as u32) })
             .await
             .unwrap();
         assert_eq!(out.kind(), OutcomeKind::Executed, "call {i}");
@@ -131,7 +133,7 @@ async fn e7_an_expired_result_on_the_same_shard_never_keeps_its_slot() {
         .unwrap();
     for i in 0..5 {
         let out = engine
-            .execute(&nth_scope(i), fp("a"), move || async move { Ok(i as u32) })
+            .execute(&nth_scope(i), fp("a"), move |_| async move { Ok(i as u32) })
             .await
             .unwrap();
         assert_eq!(out.kind(), OutcomeKind::Executed, "call {i}");
@@ -154,7 +156,7 @@ async fn e7_a_look_up_that_finds_a_result_expired_frees_its_slot() {
     for i in 0..8 {
         let s = nth_scope(i);
         let out = engine
-            .execute(&s, fp("a"), move || async move { Ok(i as u32) })
+            .execute(&s, fp("a"), move |_| async move { Ok(i as u32) })
             .await
             .unwrap();
         assert_eq!(out.kind(), OutcomeKind::Executed, "call {i}");

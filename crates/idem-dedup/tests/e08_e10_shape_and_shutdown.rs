@@ -26,7 +26,7 @@ async fn e8_full_mailbox_makes_callers_wait_not_fail() {
             let (engine, runs) = (engine.clone(), runs.clone());
             tokio::spawn(async move {
                 engine
-                    .execute(&nth_scope(i % 100), fp("a"), move || async move {
+                    .execute(&nth_scope(i % 100), fp("a"), move |_| async move {
                         runs.hit();
                         Ok(i % 100)
                     })
@@ -44,7 +44,7 @@ async fn e8_full_mailbox_makes_callers_wait_not_fail() {
     );
     // The shard keeps serving.
     let out = engine
-        .execute(&scope("order-after"), fp("a"), || async { Ok(1) })
+        .execute(&scope("order-after"), fp("a"), |_| async { Ok(1) })
         .await;
     assert_eq!(out.unwrap().kind(), OutcomeKind::Executed);
 }
@@ -59,7 +59,7 @@ async fn e8_current_thread_progress_while_a_slow_action_is_in_flight() {
         let engine = engine.clone();
         tokio::spawn(async move {
             engine
-                .execute(&scope("order-slow"), fp("a"), || async move {
+                .execute(&scope("order-slow"), fp("a"), |_| async move {
                     gate.await.ok();
                     Ok(1)
                 })
@@ -69,7 +69,7 @@ async fn e8_current_thread_progress_while_a_slow_action_is_in_flight() {
     eventually("slow run in flight", || engine.stats().in_flight == 1).await;
     for i in 0..1000 {
         let out = engine
-            .execute(&nth_scope(i), fp("a"), || async { Ok(2) })
+            .execute(&nth_scope(i), fp("a"), |_| async { Ok(2) })
             .await
             .unwrap();
         assert_eq!(out.kind(), OutcomeKind::Executed);
@@ -93,8 +93,8 @@ async fn e8_shards_default_to_available_parallelism() {
 async fn e8_scopes_spread_over_shards() {
     let engine = Engine::<u32>::builder().shards(8).build().unwrap();
     for i in 0..4000 {
-        engine
-            .execute(&nth_scope(i), fp("a"), || async { Ok(1) })
+        let _ = engine
+            .execute(&nth_scope(i), fp("a"), |_| async { Ok(1) })
             .await
             .unwrap();
     }
@@ -118,7 +118,7 @@ async fn e10_shutdown_refuses_new_calls_and_lets_runs_finish_within_grace() {
         let engine = engine.clone();
         tokio::spawn(async move {
             engine
-                .execute(&scope("order-sd-1"), fp("a"), move || async move {
+                .execute(&scope("order-sd-1"), fp("a"), move |_| async move {
                     tokio::time::sleep(Duration::from_secs(2)).await;
                     r.hit();
                     Ok(1)
@@ -133,7 +133,7 @@ async fn e10_shutdown_refuses_new_calls_and_lets_runs_finish_within_grace() {
     };
     tokio::task::yield_now().await;
     let err = engine
-        .execute(&scope("order-sd-2"), fp("a"), || async { Ok(2) })
+        .execute(&scope("order-sd-2"), fp("a"), |_| async { Ok(2) })
         .await
         .unwrap_err();
     assert_eq!(err, DedupError::ShuttingDown);
@@ -156,7 +156,7 @@ async fn e10_shutdown_past_grace_releases_waiters_with_unavailable() {
         let (engine, s) = (engine.clone(), s.clone());
         tokio::spawn(async move {
             engine
-                .execute(&s, fp("a"), || async {
+                .execute(&s, fp("a"), |_| async {
                     tokio::time::sleep(Duration::from_secs(20)).await;
                     Ok(1)
                 })
@@ -166,7 +166,7 @@ async fn e10_shutdown_past_grace_releases_waiters_with_unavailable() {
     eventually("in flight", || engine.stats().in_flight == 1).await;
     let waiter = {
         let (engine, s) = (engine.clone(), s.clone());
-        tokio::spawn(async move { engine.execute(&s, fp("a"), || async { Ok(2) }).await })
+        tokio::spawn(async move { engine.execute(&s, fp("a"), |_| async { Ok(2) }).await })
     };
     eventually("joined", || engine.stats().outcomes.joined == 1).await;
     let report = engine.shutdown(Duration::from_secs(1)).await;
@@ -183,8 +183,8 @@ async fn e10_dropping_the_last_handle_stops_the_actors() {
     let before = metrics.num_alive_tasks();
     let engine = Engine::<u32>::builder().shards(4).build().unwrap();
     let clone = engine.clone();
-    engine
-        .execute(&scope("order-drop-all"), fp("a"), || async { Ok(1) })
+    let _ = engine
+        .execute(&scope("order-drop-all"), fp("a"), |_| async { Ok(1) })
         .await
         .unwrap();
     assert_eq!(metrics.num_alive_tasks(), before + 4);
@@ -269,7 +269,7 @@ async fn z3_flood_of_unique_scopes_stays_bounded_and_drains_to_zero() {
         for i in 0..1_000u64 {
             let s = nth_scope(wave * 1_000 + i);
             match engine
-                .execute(&s, fp("a"), || async { Ok(Arc::from(&[0u8; 64][..])) })
+                .execute(&s, fp("a"), |_| async { Ok(Arc::from(&[0u8; 64][..])) })
                 .await
             {
                 Ok(_) => executed += 1,
@@ -288,7 +288,7 @@ async fn z3_flood_of_unique_scopes_stays_bounded_and_drains_to_zero() {
     assert_eq!((st.in_flight, st.completed), (0, 0));
     // And the engine admits new scopes again.
     let out = engine
-        .execute(&nth_scope(99_999), fp("a"), || async {
+        .execute(&nth_scope(99_999), fp("a"), |_| async {
             Ok(Arc::from(&[][..]))
         })
         .await
@@ -339,8 +339,8 @@ async fn e10_dropping_the_last_handle_stops_a_full_shard_in_batches() {
     let before = metrics.num_alive_tasks();
     let engine = Engine::<u64>::builder().shards(1).build().unwrap();
     for i in 0..10_000u64 {
-        engine
-            .execute(&nth_scope(i), fp("a"), move || async move { Ok(i) })
+        let _ = engine
+            .execute(&nth_scope(i), fp("a"), move |_| async move { Ok(i) })
             .await
             .unwrap();
     }

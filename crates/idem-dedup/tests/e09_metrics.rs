@@ -265,8 +265,8 @@ fn e9_metrics_report_gauges_and_calls_by_outcome() {
             .build()
             .unwrap();
         Snap::take(); // start from zero
-        let ok = |v: u64| move || async move { Ok(v) };
-        let fail = |code: Code| move || async move { Err(Status::new(code, "no")) };
+        let ok = |v: u64| move |_| async move { Ok(v) };
+        let fail = |code: Code| move |_| async move { Err(Status::new(code, "no")) };
         let (a, b, c, d, e, f) = (
             scope("order-e9-000a"),
             scope("order-e9-000b"),
@@ -306,7 +306,7 @@ fn e9_metrics_report_gauges_and_calls_by_outcome() {
             }
         );
         let panicked = engine
-            .execute(&e, x, || async { panic!("e9 test panic") })
+            .execute(&e, x, |_| async { panic!("e9 test panic") })
             .await
             .unwrap_err();
         assert_eq!(panicked.code(), Code::Internal);
@@ -315,7 +315,7 @@ fn e9_metrics_report_gauges_and_calls_by_outcome() {
         let leader = tokio::spawn({
             let (engine, f) = (engine.clone(), f.clone());
             async move {
-                let action = || async move {
+                let action = |_| async move {
                     gate.await.unwrap();
                     Ok(6)
                 };
@@ -404,7 +404,7 @@ fn e9_stats_report_the_same_totals_as_the_metrics() {
         let runs = Runs::default();
         let ok = |v: u64| {
             let runs = runs.clone();
-            move || async move {
+            move |_| async move {
                 runs.hit();
                 Ok(v)
             }
@@ -421,7 +421,7 @@ fn e9_stats_report_the_same_totals_as_the_metrics() {
             let (engine, s) = (engine.clone(), scopes[29].clone());
             async move {
                 engine
-                    .execute(&s, x, std::future::pending::<Result<u64, Status>>)
+                    .execute(&s, x, |_| std::future::pending::<Result<u64, Status>>())
                     .await
             }
         });
@@ -498,11 +498,11 @@ fn e15_two_engines_keep_their_figures_apart_by_name() {
         let x = fp("x");
         for i in 0..3 {
             let s = scope(&format!("order-e15-{i:04}"));
-            orders.execute(&s, x, || async { Ok(1) }).await.unwrap();
+            let _ = orders.execute(&s, x, |_| async { Ok(1) }).await.unwrap();
         }
         let s = scope("refund-e15-0001");
-        refunds.execute(&s, x, || async { Ok(2) }).await.unwrap();
-        refunds.execute(&s, x, || async { Ok(3) }).await.unwrap(); // replayed
+        let _ = refunds.execute(&s, x, |_| async { Ok(2) }).await.unwrap();
+        let _ = refunds.execute(&s, x, |_| async { Ok(3) }).await.unwrap(); // replayed
         for engine in [&orders, &refunds] {
             assert_eq!(engine.lookup(&scope("probe-e15-0000")).await.unwrap(), None);
         }
@@ -576,7 +576,7 @@ fn e15_latency_histograms_time_the_calls_that_reached_the_shard() {
         let leader = tokio::spawn({
             let (engine, s) = (engine.clone(), s.clone());
             async move {
-                let action = || async {
+                let action = |_| async {
                     tokio::time::sleep(Duration::from_secs(2)).await;
                     Ok(7)
                 };
@@ -586,16 +586,16 @@ fn e15_latency_histograms_time_the_calls_that_reached_the_shard() {
         settle_until("in flight", || engine.stats().in_flight == 1).await;
         let joiner = tokio::spawn({
             let (engine, s) = (engine.clone(), s.clone());
-            async move { engine.execute(&s, x, || async { Ok(9) }).await }
+            async move { engine.execute(&s, x, |_| async { Ok(9) }).await }
         });
         settle_until("joined", || engine.stats().outcomes.joined == 1).await;
-        let conflict = engine.execute(&s, fp("y"), || async { Ok(9) }).await;
+        let conflict = engine.execute(&s, fp("y"), |_| async { Ok(9) }).await;
         assert_eq!(conflict.unwrap_err(), DedupError::Conflict);
         tokio::time::advance(Duration::from_secs(2)).await;
         assert_eq!(leader.await.unwrap().unwrap().kind(), OutcomeKind::Executed);
         assert_eq!(joiner.await.unwrap().unwrap().kind(), OutcomeKind::Joined);
         settle_until("stored", || engine.stats().completed == 1).await;
-        let replay = engine.execute(&s, x, || async { Ok(9) }).await.unwrap();
+        let replay = engine.execute(&s, x, |_| async { Ok(9) }).await.unwrap();
         assert_eq!(replay.kind(), OutcomeKind::Replayed);
 
         let snap = Snap::take();
@@ -625,8 +625,8 @@ fn e15_latency_histograms_time_the_calls_that_reached_the_shard() {
 fn e15_every_metric_is_described() {
     serial(|| async {
         let engine = Engine::<u64>::builder().shards(1).build().unwrap();
-        engine
-            .execute(&scope("order-e15-desc"), fp("x"), || async { Ok(1) })
+        let _ = engine
+            .execute(&scope("order-e15-desc"), fp("x"), |_| async { Ok(1) })
             .await
             .unwrap();
         publish_all(&engine).await;

@@ -13,7 +13,7 @@ use idem_core::{Code, Scope, Status};
 use idem_dedup::metrics as names;
 use idem_dedup::tiered::{OnUnavailable, TieredEngine};
 use idem_dedup::trace::ScopeDigest;
-use idem_dedup::{OutcomeKind, Source};
+use idem_dedup::{LocalCache, OutcomeKind, Source};
 use idem_test_support::capture::{capture, Captured, EventRec};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::MetricKind;
@@ -25,7 +25,7 @@ type Tiered = TieredEngine<String, MemTier>;
 fn engine(tier: &MemTier, name: &str) -> Tiered {
     TieredEngine::<String, _>::builder(tier.clone())
         .name(name)
-        .local_shards(1)
+        .local(LocalCache::new().shards(1))
         .lease(Duration::from_secs(2))
         .build()
         .unwrap()
@@ -108,7 +108,7 @@ async fn d3_e15_fail_open_is_a_warn_event_and_fail_closed_is_not() {
     let closed = engine(&tier, "closed");
     let open = TieredEngine::<String, _>::builder(tier.clone())
         .name("open")
-        .local_shards(1)
+        .local(LocalCache::new().shards(1))
         .on_unavailable(OnUnavailable::FailOpen)
         .build()
         .unwrap();
@@ -187,7 +187,7 @@ async fn e15_tier_metrics_carry_the_engine_name_and_round_trip_times() {
     tier.round_trip(rt);
     let e = metrics::with_local_recorder(&recorder, || engine(&tier, "orders"));
     let s = scope("order-e15-metric-01");
-    e.execute(&s, fp("x"), ok("order-1")).await.unwrap();
+    let _ = e.execute(&s, fp("x"), ok("order-1")).await.unwrap();
     assert!(e
         .lookup(&scope("order-e15-absent-1"))
         .await

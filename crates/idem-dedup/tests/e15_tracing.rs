@@ -52,7 +52,7 @@ async fn e15_each_call_is_a_span_with_method_digest_and_outcome_and_no_raw_scope
     let leader = tokio::spawn({
         let (engine, s) = (engine.clone(), s.clone());
         async move {
-            let action = || async move {
+            let action = |_| async move {
                 gate.await.unwrap();
                 Ok(7)
             };
@@ -62,16 +62,16 @@ async fn e15_each_call_is_a_span_with_method_digest_and_outcome_and_no_raw_scope
     eventually("in flight", || engine.stats().in_flight == 1).await;
     let joiner = tokio::spawn({
         let (engine, s) = (engine.clone(), s.clone());
-        async move { engine.execute(&s, x, || async { Ok(9) }).await }
+        async move { engine.execute(&s, x, |_| async { Ok(9) }).await }
     });
     eventually("joined", || engine.stats().outcomes.joined == 1).await;
     open.send(()).unwrap();
     assert_eq!(leader.await.unwrap().unwrap().kind(), OutcomeKind::Executed);
     assert_eq!(joiner.await.unwrap().unwrap().kind(), OutcomeKind::Joined);
     eventually("stored", || engine.stats().completed == 1).await;
-    let replay = engine.execute(&s, x, || async { Ok(9) }).await.unwrap();
+    let replay = engine.execute(&s, x, |_| async { Ok(9) }).await.unwrap();
     assert_eq!(replay.kind(), OutcomeKind::Replayed);
-    let conflict = engine.execute(&s, fp("y"), || async { Ok(9) }).await;
+    let conflict = engine.execute(&s, fp("y"), |_| async { Ok(9) }).await;
     assert_eq!(conflict.unwrap_err(), DedupError::Conflict);
 
     let spans = c.spans_named(EXECUTE);
@@ -101,11 +101,11 @@ async fn e15_the_action_runs_inside_its_calls_span() {
     let (c, _guard) = capture();
     let engine = Engine::<u32>::builder().shards(1).build().unwrap();
     let s = scope("order-e15-inside-01");
-    let action = || async {
+    let action = |_| async {
         tracing::info!("charging the card");
         Ok(1)
     };
-    engine.execute(&s, fp("x"), action).await.unwrap();
+    let _ = engine.execute(&s, fp("x"), action).await.unwrap();
     let events: Vec<_> = c
         .events()
         .into_iter()
@@ -128,12 +128,12 @@ async fn e15_raw_scope_in_traces_is_an_opt_in() {
         .build()
         .unwrap();
     let s = scope("order-e15-raw-0001");
-    engine
-        .execute(&s, fp("x"), || async { Ok(1) })
+    let _ = engine
+        .execute(&s, fp("x"), |_| async { Ok(1) })
         .await
         .unwrap();
-    engine
-        .execute(&s, fp("x"), || async { Ok(2) })
+    let _ = engine
+        .execute(&s, fp("x"), |_| async { Ok(2) })
         .await
         .unwrap();
     let spans = c.spans_named(EXECUTE);
@@ -157,15 +157,15 @@ async fn e15_filtered_out_spans_touch_nothing_of_the_callers() {
         code = tracing::field::Empty
     );
     let _entered = request.enter();
-    engine
-        .execute(&s, fp("x"), || async { Ok(1) })
+    let _ = engine
+        .execute(&s, fp("x"), |_| async { Ok(1) })
         .await
         .unwrap();
-    engine
-        .execute(&s, fp("x"), || async { Ok(1) })
+    let _ = engine
+        .execute(&s, fp("x"), |_| async { Ok(1) })
         .await
         .unwrap();
-    let err = engine.execute(&s, fp("y"), || async { Ok(1) }).await;
+    let err = engine.execute(&s, fp("y"), |_| async { Ok(1) }).await;
     assert_eq!(err.unwrap_err().code(), Code::FailedPrecondition);
     assert!(c.spans_named(EXECUTE).is_empty());
     let spans = c.spans();
@@ -191,7 +191,7 @@ async fn e6_e15_a_lease_expiry_is_a_warn_event() {
     let hung = tokio::spawn({
         let (engine, s) = (engine.clone(), s.clone());
         async move {
-            let action = std::future::pending::<Result<u32, idem_core::Status>>;
+            let action = |_| std::future::pending::<Result<u32, idem_core::Status>>();
             engine.execute(&s, fp("x"), action).await
         }
     });
@@ -225,7 +225,7 @@ async fn e4_e15_a_panic_is_a_warn_event() {
     let engine = Engine::<u32>::builder().shards(1).build().unwrap();
     let s = scope("order-e15-panic-01");
     let err = engine
-        .execute(&s, fp("x"), || async { panic!("card service exploded") })
+        .execute(&s, fp("x"), |_| async { panic!("card service exploded") })
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Internal);
@@ -254,7 +254,7 @@ async fn e6_e15_a_result_lost_to_the_lease_is_a_warn_event() {
         .build()
         .unwrap();
     let s = scope("order-e15-late-0001");
-    let mut leader = Box::pin(engine.execute(&s, fp("a"), || async { Ok(1) }));
+    let mut leader = Box::pin(engine.execute(&s, fp("a"), |_| async { Ok(1) }));
     // Sends `Begin`; the shard chooses this call to lead, then sweeps it at its lease before
     // the leader is polled again.
     assert!(futures::poll!(leader.as_mut()).is_pending());

@@ -28,7 +28,7 @@ fn scope_of(tenant: &str, i: u64) -> Scope {
 
 async fn store(engine: &Engine<Body>, s: &Scope, len: usize) -> Result<OutcomeKind, DedupError> {
     engine
-        .execute(s, fp("a"), move || async move { Ok(body(len)) })
+        .execute(s, fp("a"), move |_| async move { Ok(body(len)) })
         .await
         .map(|o| o.kind())
 }
@@ -58,7 +58,7 @@ async fn e16_byte_budget_refuses_new_scopes_never_evicts_and_frees_on_expiry() {
     let runs = Runs::default();
     let r = runs.clone();
     let err = engine
-        .execute(&scope_of("t", 3), fp("a"), move || async move {
+        .execute(&scope_of("t", 3), fp("a"), move |_| async move {
             r.hit();
             Ok(body(1))
         })
@@ -74,7 +74,7 @@ async fn e16_byte_budget_refuses_new_scopes_never_evicts_and_frees_on_expiry() {
     assert_eq!(runs.get(), 0);
     for i in 0..3 {
         let out = engine
-            .execute(&scope_of("t", i), fp("a"), || async { Ok(body(0)) })
+            .execute(&scope_of("t", i), fp("a"), |_| async { Ok(body(0)) })
             .await
             .unwrap();
         assert_eq!((out.kind(), out.value().len()), (OutcomeKind::Replayed, 40));
@@ -131,7 +131,7 @@ async fn e16_a_value_over_the_budget_is_stored_returned_and_replayed() {
         assert_eq!((out.kind(), out.value().len()), (OutcomeKind::Joined, 1000));
     }
     let replay = engine
-        .execute(&s, Fingerprint::of(b"a"), || async { Ok(body(0)) })
+        .execute(&s, Fingerprint::of(b"a"), |_| async { Ok(body(0)) })
         .await
         .unwrap();
     assert_eq!(
@@ -196,7 +196,7 @@ async fn e16_a_tenant_flooding_new_keys_is_refused_alone_and_others_are_served()
     assert_eq!(engine.stats().outcomes.tenant_refused, 960);
     for s in &admitted {
         let out = engine
-            .execute(s, fp("a"), || async { Ok(body(2)) })
+            .execute(s, fp("a"), |_| async { Ok(body(2)) })
             .await
             .unwrap();
         assert_eq!(out.kind(), OutcomeKind::Replayed);

@@ -31,7 +31,7 @@ async fn k7_the_engines_action_runs_as_the_current_run() {
     let engine = Engine::<Seen>::builder().build().unwrap();
     let s = scope("k7-engine-0001");
     let out = engine
-        .execute(&s, fp("a"), || async { seen() })
+        .execute(&s, fp("a"), |_| async { seen() })
         .await
         .unwrap();
     let (scope_seen, token, takeover, key) = out.value().clone();
@@ -57,7 +57,7 @@ async fn k7_a_run_handed_to_a_task_stays_the_current_run() {
         let (engine, s) = (engine.clone(), s.clone());
         tokio::spawn(async move {
             engine
-                .execute(&s, fp("a"), move || async move {
+                .execute(&s, fp("a"), move |_| async move {
                     let _ = go_rx.await;
                     seen()
                 })
@@ -69,7 +69,7 @@ async fn k7_a_run_handed_to_a_task_stays_the_current_run() {
     let _ = leader.await;
     go_tx.send(()).unwrap();
     let out = engine
-        .execute(&s, fp("a"), || async { seen() })
+        .execute(&s, fp("a"), |_| async { seen() })
         .await
         .unwrap();
     assert!(matches!(

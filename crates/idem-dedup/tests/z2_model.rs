@@ -629,7 +629,7 @@ impl World {
             self.ran.clone(),
         );
         let handle = tokio::spawn(async move {
-            let action = move || -> Action {
+            let action = move |_: ()| -> Action {
                 ran.hit();
                 match act {
                     Act::Now(end) => Box::pin(async move { finish(call, end) }),

@@ -91,7 +91,7 @@ fn fp() -> Fingerprint {
 async fn idem_one(env: &Env, engine: &PgEngine<String>, scope: &Scope) {
     let insert = env.insert.clone();
     let intent = scope.key().to_owned();
-    engine
+    let _ = engine
         .execute(scope, fp(), move |tx| async move {
             let token = tx.token().get() as i64;
             let mut conn = tx.lock().await?;

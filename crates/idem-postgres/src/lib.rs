@@ -138,7 +138,7 @@
 //! | TTL of records | 24 h from completion | [`PgEngineBuilder::ttl`], [`TieredBuilder::ttl`] |
 //! | wait for another run of the scope | 30 s | [`PgEngineBuilder::max_wait`], [`TieredBuilder::max_wait`] |
 //! | lease | 30 s (transactional: longest idle transaction) | [`PgEngineBuilder::lease`], [`TieredBuilder::lease`] |
-//! | local copy (transactional) | 5 min | [`PgEngineBuilder::local_ttl`] |
+//! | local copy (both modes) | 5 min (at most the TTL) | [`PgEngineBuilder::local`], [`TieredBuilder::local`] ([`LocalCache`]) |
 //!
 //! Pools: both modes take your `sqlx::PgPool`. [`PgTier`] keeps one of its connections for
 //! `LISTEN`. sqlx pings a connection before handing it out unless the pool is built with
@@ -151,6 +151,7 @@
 //! (`TieredEngine::stats`).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod codes;
 mod config;
 mod db;
 mod digest;
@@ -170,7 +171,7 @@ pub use idem_dedup::remote::{ClaimOutcome, Commit, FencingToken, OwnerId, Remote
 pub use idem_dedup::tiered::{OnUnavailable, TierStats, TieredBuilder};
 #[cfg(feature = "serde")]
 pub use idem_dedup::JsonCodec;
-pub use idem_dedup::{BytesCodec, Codec, Outcome, Source};
+pub use idem_dedup::{BytesCodec, Codec, LocalCache, Outcome, Source};
 pub use schema::{migrate, schema_sql, SetupError, DEFAULT_SCHEMA, SCHEMA_SQL, SCHEMA_VERSION};
 /// The PostgreSQL client this crate is built on, so your pool and queries use the same version.
 pub use sqlx;

@@ -11,6 +11,7 @@ use idem_dedup::remote::{
 };
 use sqlx::PgPool;
 
+use crate::codes::{claim, commit, state};
 use crate::config::{common_setters, Common};
 use crate::db::{ms, ms_i32, Db};
 use crate::digest::ScopeDigest;
@@ -98,6 +99,7 @@ impl fmt::Debug for PgTier {
 /// # let _ = engine; Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct PgTierBuilder {
     common: Common,
 }
@@ -220,16 +222,16 @@ impl RemoteTier for PgTier {
             Err(f) => return Err(db.status(f)),
         };
         Ok(match outcome {
-            0 | 4 => ClaimOutcome::Claimed {
+            claim::CLAIMED | claim::RECLAIMED => ClaimOutcome::Claimed {
                 token: token_of(token),
-                reclaimed: outcome == 4,
+                reclaimed: outcome == claim::RECLAIMED,
             },
-            1 => ClaimOutcome::InFlightElsewhere {
+            claim::HELD => ClaimOutcome::InFlightElsewhere {
                 holder: token_of(token),
                 lease_left: Duration::from_millis(u64::try_from(left).unwrap_or(0)),
             },
-            2 => ClaimOutcome::Completed(result.unwrap_or_default()),
-            3 => ClaimOutcome::Conflict,
+            claim::COMPLETED => ClaimOutcome::Completed(result.unwrap_or_default()),
+            claim::CONFLICT => ClaimOutcome::Conflict,
             _ => return Err(protocol("claim")),
         })
     }
@@ -254,8 +256,8 @@ impl RemoteTier for PgTier {
             .bind(&db.channel)
             .fetch_one(&db.pool);
         match db.query("complete", q).await.map_err(|f| db.status(f))? {
-            1 => Ok(Commit::Committed),
-            0 => Ok(Commit::FencedOut),
+            commit::COMMITTED => Ok(Commit::Committed),
+            commit::FENCED_OUT => Ok(Commit::FencedOut),
             _ => Err(protocol("complete")),
         }
     }
@@ -271,8 +273,8 @@ impl RemoteTier for PgTier {
             .bind(&db.channel)
             .fetch_one(&db.pool);
         match db.query("release", q).await.map_err(|f| db.status(f))? {
-            1 => Ok(Commit::Committed),
-            0 => Ok(Commit::FencedOut),
+            commit::COMMITTED => Ok(Commit::Committed),
+            commit::FENCED_OUT => Ok(Commit::FencedOut),
             _ => Err(protocol("release")),
         }
     }
@@ -295,7 +297,11 @@ impl RemoteTier for PgTier {
                 .bind(d.0)
                 .fetch_optional(&db.pool);
             let row = db.query("wait", q).await.map_err(|f| db.status(f))?;
-            if row != Some((1, i64::try_from(holder.get()).unwrap_or(i64::MAX))) {
+            let held = (
+                state::IN_FLIGHT,
+                i64::try_from(holder.get()).unwrap_or(i64::MAX),
+            );
+            if row != Some(held) {
                 return Ok(());
             }
         }
@@ -314,7 +320,7 @@ impl RemoteTier for PgTier {
             .fetch_optional(&db.pool);
         let row = db.query("lookup", q).await.map_err(|f| db.status(f))?;
         Ok(row.map(|(state, token, left, _age)| RemoteRecord {
-            state: if state == 1 {
+            state: if state == state::IN_FLIGHT {
                 RecordState::InFlight {
                     holder: token_of(token),
                 }

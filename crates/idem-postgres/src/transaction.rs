@@ -107,6 +107,7 @@ impl PgTransaction {
 
 /// The transaction of a [`PgTransaction`], held until dropped: derefs to the `PgConnection` that
 /// runs inside it (`.execute(&mut *guard)`).
+#[must_use = "the transaction is free for the next statement as soon as the guard is dropped"]
 pub struct TxGuard(OwnedMutexGuard<Slot>);
 
 impl fmt::Debug for TxGuard {

@@ -231,7 +231,8 @@ async fn string_scripts(env: &Env, keys: &[String]) {
 async fn one(env: &Env, v: Variant) {
     match v {
         Variant::Tier => {
-            env.a
+            let _ = env
+                .a
                 .execute(&env.scope(), fp(), |_| async {
                     Ok::<_, Status>("order-1001".to_string())
                 })
@@ -306,14 +307,15 @@ async fn join_once(env: &Env) -> Duration {
     let a = env.a.clone();
     let sa = s.clone();
     let holder = tokio::spawn(async move {
-        a.execute(&sa, fp(), move |_| async move {
-            let _ = started_tx.send(());
-            let _ = wait.await;
-            let _ = done_tx.send(Instant::now());
-            Ok::<_, Status>("order-1001".to_string())
-        })
-        .await
-        .unwrap();
+        let _ = a
+            .execute(&sa, fp(), move |_| async move {
+                let _ = started_tx.send(());
+                let _ = wait.await;
+                let _ = done_tx.send(Instant::now());
+                Ok::<_, Status>("order-1001".to_string())
+            })
+            .await
+            .unwrap();
     });
     // A holds the claim; then B meets it and subscribes.
     started.await.unwrap();
@@ -426,7 +428,8 @@ fn summary(rt: &Runtime, env: &Env, redis: &RedisServer, rounds: usize) {
     block(rt, async {
         for s in &scopes {
             for e in [&env.a, &env.b] {
-                e.execute(s, fp(), |_| async { Ok::<_, Status>("v".to_string()) })
+                let _ = e
+                    .execute(s, fp(), |_| async { Ok::<_, Status>("v".to_string()) })
                     .await
                     .unwrap();
             }

@@ -173,12 +173,12 @@
 //! | replicas confirming a claim and a completion | none (`WAIT` off) | [`RedisTierBuilder::wait_replicas`] |
 //! | lease | 30 s | [`TieredBuilder::lease`] |
 //! | TTL of results in Redis | 24 h from completion | [`TieredBuilder::ttl`] |
-//! | TTL of the local copy | the TTL | [`TieredBuilder::local_ttl`] |
+//! | TTL of the local copy | 5 min (at most the TTL) | [`TieredBuilder::local`], [`LocalCache::ttl`] |
 //! | longest wait for another instance | 30 s | [`TieredBuilder::max_wait`] |
 //! | polling fallback of waits | 10 ms doubling to 250 ms | [`TieredBuilder::poll_interval`] |
 //! | Redis down | fail closed (`UNAVAILABLE`) | [`TieredBuilder::on_unavailable`] |
-//! | local shards, entries | available parallelism, 1,000,000 | [`TieredBuilder::local_shards`], [`TieredBuilder::max_local_entries`] |
-//! | local in-flight lease | `max_wait` + `lease` + 5 s | [`TieredBuilder::local_in_flight_timeout`] |
+//! | local shards, entries | available parallelism, 1,000,000 | [`LocalCache::shards`], [`LocalCache::max_entries`] |
+//! | local in-flight lease | `max_wait` + `lease` + 5 s | [`LocalCache::in_flight_timeout`] |
 //! | codec | [`BytesCodec`] | [`TieredBuilder::codec`] |
 //!
 //! ## Observability
@@ -211,7 +211,7 @@ pub use idem_dedup::remote::{ClaimOutcome, Commit, FencingToken, OwnerId, Remote
 pub use idem_dedup::tiered::{OnUnavailable, TierStats, TieredBuilder};
 #[cfg(feature = "serde")]
 pub use idem_dedup::JsonCodec;
-pub use idem_dedup::{BytesCodec, Codec, Outcome, Source};
+pub use idem_dedup::{BytesCodec, Codec, LocalCache, Outcome, Source};
 pub use persistence::Persistence;
 pub use tier::RedisTier;
 

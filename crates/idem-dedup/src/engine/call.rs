@@ -1,37 +1,36 @@
-//! One call's way to its answer: the read path (a replay or a join without a message), else a
-//! `Begin` to the scope's shard, then leading the run (handed to a task if the caller goes, E5)
-//! or waiting for it, each answer timed and traced (E1, E5, E6, E15).
+//! One call's way to its answer: the read path (`read_path.rs`), else a `Begin` to the scope's
+//! shard, then leading the run (handed to a task if the caller goes, E5) or waiting for it, each
+//! answer timed and traced (`observe.rs`; E1, E5, E6, E15).
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::Ordering::Acquire;
-use std::sync::Arc;
-use std::task::Poll;
 
 use futures::future::Either;
 use idem_core::run::{Run as IntentRun, RunStart};
-use idem_core::{whole_millis, Deadline, Fingerprint, Scope, Status};
-use tokio::sync::{mpsc, oneshot};
+use idem_core::{Deadline, Fingerprint, Scope, Status};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
-use tracing::Instrument;
 
-use crate::config::{Config, InFlightPolicy};
-use crate::entry::{InFlight, State};
-use crate::hash::ScopeId;
-use crate::inbox::{Inbox, Report};
-use crate::join::JoinCell;
-use crate::message::{Msg, Reply, RunEnd};
-use crate::run::{applied, panic_message, Run};
-use crate::stats::bump;
-use crate::trace::{self, ScopeFields};
-use crate::wheel::Nanos;
+use crate::actor::counters::bump;
+use crate::actor::hash::ScopeId;
+use crate::actor::inbox::Report;
+use crate::actor::join::JoinCell;
+use crate::actor::message::{Msg, Reply, RunEnd};
+use crate::actor::run::{panic_message, Run};
+use crate::actor::wheel::Nanos;
+use crate::trace;
 use crate::{DedupError, Outcome, OutcomeKind};
 
+use super::read_path::Fast;
+use super::wait::{once_applied, unless_swept, until, Pending};
 use super::{shard_index, Engine};
 
 impl<V: Clone + Send + Sync + 'static> Engine<V> {
-    pub(super) async fn call<F, Fut>(
+    /// One call, with or without a deadline: what `execute`, `execute_with_deadline` and
+    /// [`Deduplicator::execute_until`](crate::Deduplicator::execute_until) run.
+    pub(crate) async fn call<F, Fut>(
         &self,
         scope: &Scope,
         fingerprint: Fingerprint,
@@ -39,7 +38,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         action: F,
     ) -> Result<Outcome<V>, DedupError>
     where
-        F: FnOnce() -> Fut,
+        F: FnOnce(()) -> Fut,
         Fut: Future<Output = Result<V, Status>> + Send + 'static,
     {
         let inner = &*self.inner;
@@ -84,62 +83,6 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         }
     }
 
-    /// `wait` boxed, in the call's span, which records how it ended (E15).
-    fn traced<'a, W>(
-        &self,
-        scope: &Scope,
-        wait: W,
-    ) -> Pin<Box<impl Future<Output = Result<Outcome<V>, DedupError>> + 'a>>
-    where
-        W: Future<Output = Result<Outcome<V>, DedupError>> + 'a,
-    {
-        let span = self.span(scope);
-        let end = span.clone();
-        let recorded = async move {
-            let answer = wait.await;
-            trace::record_end(&end, &answer);
-            answer
-        };
-        Box::pin(recorded.instrument(span))
-    }
-
-    /// The span of a call answered at once, without a wait (E15): a replay served by the
-    /// read path (`Ok`), or a refusal. Out of line, out of the replay's way.
-    #[cold]
-    #[inline(never)]
-    fn trace_now(&self, scope: &Scope, answer: Result<OutcomeKind, DedupError>) {
-        let span = self.span(scope);
-        if span.is_disabled() {
-            return;
-        }
-        match answer {
-            Ok(kind) => {
-                span.record("outcome", kind.as_str());
-            }
-            Err(e) => trace::record_error(&span, &e),
-        }
-    }
-
-    /// The span of a call for `scope` (E15).
-    fn span(&self, scope: &Scope) -> tracing::Span {
-        let cfg = &self.inner.cfg;
-        trace::call_span(&cfg.name, cfg.scope_logging, scope)
-    }
-
-    /// Times a call that reached the shard (E15): from `start` until `end` (a clock read
-    /// the call already made) or now.
-    fn finish(
-        &self,
-        start: Instant,
-        end: Option<Instant>,
-        answer: &Result<Outcome<V>, DedupError>,
-    ) {
-        let took = end
-            .unwrap_or_else(Instant::now)
-            .saturating_duration_since(start);
-        self.inner.latency.record(took, answer);
-    }
-
     /// The message path: asks the shard, then leads (runs the action inline), waits for the run
     /// in flight, or returns the shard's answer.
     async fn ask<F, Fut>(
@@ -152,7 +95,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         action: F,
     ) -> Result<Outcome<V>, DedupError>
     where
-        F: FnOnce() -> Fut,
+        F: FnOnce(()) -> Fut,
         Fut: Future<Output = Result<V, Status>> + Send + 'static,
     {
         // Timed from here to the answer (E15); a leader's action already reads the clock
@@ -205,7 +148,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             // This call leads: run the action inline. Every big local lives in this block, so the
             // rare wait for the shard below does not keep them in the future.
             let answer = 'lead: {
-                let fut = match std::panic::catch_unwind(AssertUnwindSafe(action)) {
+                let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| action(()))) {
                     Ok(fut) => fut,
                     Err(p) => {
                         let message = panic_message(&*p);
@@ -339,195 +282,10 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         self.inner.latency.record_join(start.elapsed(), &answer);
         answer
     }
-
-    /// The read path, straight from the shard's table without a message: a stored success for
-    /// this scope and fingerprint (replay), or the join cell of its run in flight (join, under
-    /// the `Wait` policy, once the actor has made a cell for the run's first duplicate). Returns
-    /// `None` (take the message path) when the table is being written, or the scope is absent,
-    /// failed, expired, conflicting, rejected or in flight without a cell yet — every other
-    /// decision stays with the actor.
-    fn read_path(&self, index: usize, id: ScopeId, fingerprint: Fingerprint) -> Option<Fast<V>> {
-        let table = match self.inner.tables[index].try_read() {
-            Ok(guard) => guard,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return None,
-        };
-        let e = table.find(id.hash(), |e| e.id == id)?;
-        let (v, expires) = match &e.state {
-            State::Done { result: Ok(v), .. } => (v, &e.at),
-            State::InFlight(InFlight {
-                join: Some(cell), ..
-            }) if e.fingerprint == fingerprint
-                && self.inner.cfg.in_flight_policy == InFlightPolicy::Wait =>
-            {
-                cell.count_in();
-                let cell = cell.clone();
-                drop(table);
-                self.inner.shared.fast_joins.add(1);
-                return Some(Fast::Join(cell));
-            }
-            _ => return None,
-        };
-        // The expiry as an instant, compared with the clock's instant: the same test as
-        // `clock.now() >= expires`, without converting the current time to nanoseconds.
-        let expires_at = self.inner.shared.clock.instant(*expires);
-        if e.fingerprint != fingerprint || tokio::time::Instant::now() >= expires_at {
-            return None;
-        }
-        let out = Outcome::new(v.clone(), OutcomeKind::Replayed, expires_at);
-        drop(table);
-        self.inner.shared.fast_replays.add(1);
-        Some(Fast::Replay(out))
-    }
-
-    /// Sends to a shard; when its mailbox is full, the returned [`Sending`] waits asynchronously
-    /// for room (E8).
-    ///
-    /// The waiting send is boxed: it is the rare path, and inline it would carry the message and
-    /// the channel's permit future in every call's future (spawned requests pay for each byte).
-    pub(super) fn send(&self, index: usize, msg: Msg<V>) -> Sending<'_> {
-        let tx = &self.inner.shards[index];
-        match tx.try_send(msg) {
-            Ok(()) => Sending::Sent,
-            Err(mpsc::error::TrySendError::Full(msg)) => {
-                bump(&self.inner.shared.counters[index].mailbox_full);
-                Sending::Waiting(Box::pin(async move {
-                    tx.send(msg).await.map_err(|_| DedupError::ShuttingDown)
-                }))
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => Sending::Closed,
-        }
-    }
 }
 
 /// How a leader answers: now, or once the shard has applied its report (see `Engine::settle`).
 enum Answer<'a, V> {
     Now(Result<Outcome<V>, DedupError>),
     Later(Pin<Box<dyn Future<Output = Result<Outcome<V>, DedupError>> + Send + 'a>>),
-}
-
-/// What the read path found.
-enum Fast<V> {
-    Replay(Outcome<V>),
-    Join(Arc<JoinCell<V>>),
-}
-
-/// A send to a shard: done, refused (the shard stopped), or waiting for mailbox room.
-pub(super) enum Sending<'a> {
-    Sent,
-    Closed,
-    Waiting(Pin<Box<dyn Future<Output = Result<(), DedupError>> + Send + 'a>>),
-}
-
-impl Sending<'_> {
-    pub(super) async fn finish(self) -> Result<(), DedupError> {
-        match self {
-            Sending::Sent => Ok(()),
-            Sending::Closed => Err(DedupError::ShuttingDown),
-            Sending::Waiting(wait) => wait.await,
-        }
-    }
-}
-
-/// Runs `fut` until `deadline` (`Err(())` when the deadline came first). Like
-/// `tokio::time::timeout_at`, but the timer is boxed: calls without a deadline then do not carry
-/// its 112 bytes in their future, and a call with one allocates it only when it has to wait.
-async fn until<F: Future>(deadline: Deadline, mut fut: Pin<&mut F>) -> Result<F::Output, ()> {
-    if let Poll::Ready(out) = futures::poll!(fut.as_mut()) {
-        return Ok(out);
-    }
-    let mut sleep = Box::pin(tokio::time::sleep_until(deadline.instant()));
-    std::future::poll_fn(|cx| {
-        if let Poll::Ready(out) = fut.as_mut().poll(cx) {
-            return Poll::Ready(Ok(out));
-        }
-        sleep.as_mut().poll(cx).map(|()| Err(()))
-    })
-    .await
-}
-
-/// Waits until the shard has applied an acknowledged report (or has stopped), then gives
-/// `answer`: the end of a run that stores nothing is answered once its room is free (E7).
-async fn once_applied<V, T>(
-    tx: &mpsc::Sender<Msg<V>>,
-    acked: oneshot::Receiver<bool>,
-    answer: T,
-) -> T {
-    applied(tx, acked).await;
-    answer
-}
-
-/// Waits until the shard has applied the report of a run to be stored, then gives `answer` if
-/// it stored it, and otherwise the lease error: the shard had swept the run at its lease
-/// before the report came, so nothing is stored and the retry will run again (E6).
-async fn unless_swept<V, T>(
-    tx: &mpsc::Sender<Msg<V>>,
-    acked: oneshot::Receiver<bool>,
-    answer: Result<T, DedupError>,
-    (cfg, scope): (&Config, &Scope),
-) -> Result<T, DedupError> {
-    let lease = cfg.in_flight_timeout;
-    match applied(tx, acked).await {
-        Some(true) => answer,
-        Some(false) => {
-            // The side effect happened and its result is gone: an operator must know (E15).
-            warn_completed_after_lease(cfg, scope);
-            Err(DedupError::LeaseExpired { after: lease })
-        }
-        // The shard stopped before it took the report: nothing is stored (E10).
-        None => Err(DedupError::ShuttingDown),
-    }
-}
-
-/// The warn event of a leader whose action finished after its run was ended at the lease
-/// (E6, E15). Out of line: the event's code stays out of the call's future.
-#[cold]
-#[inline(never)]
-fn warn_completed_after_lease(cfg: &Config, scope: &Scope) {
-    if trace::warn_enabled() {
-        let fields = ScopeFields::new(scope, cfg.scope_logging);
-        trace::warn_scope!(
-            "idem_dedup.completed_after_lease",
-            &*cfg.name,
-            &fields,
-            lease_ms = whole_millis(cfg.in_flight_timeout),
-            "the action finished after its run was ended at the in-flight lease: its result \
-             was not stored, and a retry with the same key runs it again"
-        );
-    }
-}
-
-/// A caller waiting for a shard's answer to `Begin`. If the caller is dropped after the shard chose
-/// it to lead but before it started the action, `Drop` releases the in-flight entry so the scope
-/// does not sit until its lease runs out.
-struct Pending<'a, V: Send + 'static> {
-    rx: Option<oneshot::Receiver<Reply<V>>>,
-    inbox: &'a Inbox<V>,
-    hash: u64,
-}
-
-impl<V: Send + 'static> Pending<'_, V> {
-    async fn recv(&mut self) -> Reply<V> {
-        let reply = match self.rx.as_mut() {
-            Some(rx) => rx
-                .await
-                .unwrap_or(Reply::Done(Err(DedupError::ShuttingDown))),
-            None => Reply::Done(Err(DedupError::ShuttingDown)),
-        };
-        self.rx = None;
-        reply
-    }
-}
-
-impl<V: Send + 'static> Drop for Pending<'_, V> {
-    fn drop(&mut self) {
-        if let Some(mut rx) = self.rx.take() {
-            // No send can land after close(); one that landed before is still readable.
-            rx.close();
-            if let Ok(Reply::Lead { token, .. }) = rx.try_recv() {
-                let report = Report::new(self.hash, token, RunEnd::Abandoned);
-                self.inbox.push(report);
-            }
-        }
-    }
 }

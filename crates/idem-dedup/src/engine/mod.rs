@@ -1,7 +1,15 @@
-//! The public handle: `execute`, `lookup`, `forget`, `stats`, `shutdown`. How one call finds
-//! its answer (the read path, the shard's `Begin`, leading, joining) is in `call`.
+//! The public handle: `execute`, `lookup`, `forget`, `stats`, `shutdown`. One call's way to
+//! its answer is in `call` (a `Begin` to the shard, then leading or waiting), `read_path` (a
+//! replay or a join without a message) and `wait` (what a call waits for besides its run: room
+//! in a mailbox, the shard's answer, a report applied, its deadline); its span and timing are in
+//! `observe`, and the settings in `builder`.
 
+mod builder;
 mod call;
+mod observe;
+mod read_path;
+mod seed;
+mod wait;
 
 use std::fmt;
 use std::future::Future;
@@ -14,16 +22,19 @@ use idem_core::{Deadline, Fingerprint, Scope, Status};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::Instant;
 
-use crate::config::{Config, EngineBuilder, Weigher};
-use crate::hash::ScopeHasher;
-use crate::inbox::Inbox;
+pub use builder::EngineBuilder;
+
+use crate::actor::counters::{ShardCounters, Striped};
+use crate::actor::hash::ScopeHasher;
+use crate::actor::inbox::Inbox;
+use crate::actor::message::Msg;
+use crate::actor::shard::Shard;
+use crate::actor::shared::{Shared, SharedTable};
+use crate::actor::wheel::Clock;
+use crate::config::{Config, Weigher};
 use crate::info::EntryInfo;
-use crate::message::Msg;
 use crate::metrics::CallLatency;
-use crate::shard::Shard;
-use crate::shared::{Shared, SharedTable};
-use crate::stats::{ShardCounters, Stats, Striped};
-use crate::wheel::Clock;
+use crate::stats::Stats;
 use crate::{DedupError, Outcome};
 
 struct Inner<V> {
@@ -81,7 +92,7 @@ struct Inner<V> {
 ///
 /// let calls = (0..10).map(|_| {
 ///     let runs = runs.clone();
-///     engine.execute(&scope, fp, move || async move {
+///     engine.execute(&scope, fp, move |_| async move {
 ///         runs.fetch_add(1, Ordering::SeqCst);
 ///         Ok(1001) // the order id
 ///     })
@@ -90,7 +101,7 @@ struct Inner<V> {
 /// assert_eq!(runs.load(Ordering::SeqCst), 1);
 /// assert!(outcomes.iter().all(|o| *o.as_ref().unwrap().value() == 1001));
 ///
-/// let replay = engine.execute(&scope, fp, || async { Ok(0) }).await?;
+/// let replay = engine.execute(&scope, fp, |_| async { Ok(0) }).await?;
 /// assert_eq!(replay.kind(), OutcomeKind::Replayed);
 /// # Ok(()) }
 /// ```
@@ -117,6 +128,8 @@ impl<V> fmt::Debug for Engine<V> {
 
 /// What [`Engine::shutdown`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+#[must_use = "runs that did not finish within the grace period had their results dropped"]
 pub struct ShutdownReport {
     /// Runs still in flight when the grace period ended; their waiters got `UNAVAILABLE` and their
     /// results were not stored (the actions themselves were not aborted).
@@ -191,6 +204,11 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
     /// fingerprint is a conflict. `action` is called only if this call leads; it returns the value
     /// to store, or a [`Status`] error (not stored unless its code is declared cacheable).
     ///
+    /// The action is given its context, here `()`: every engine hands its action one (the
+    /// [`TieredEngine`](crate::tiered::TieredEngine) a fencing token, `idem-postgres`' engine a
+    /// transaction), so the same closure, `|_| async { ... }`, serves an `Engine` and any
+    /// [`Deduplicator`](crate::Deduplicator).
+    ///
     /// # Errors
     ///
     /// See [`DedupError`]: conflict, the action's error, panic, full, in flight (Reject policy),
@@ -206,7 +224,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         action: F,
     ) -> impl Future<Output = Result<Outcome<V>, DedupError>> + use<'s, 'k, V, F, Fut>
     where
-        F: FnOnce() -> Fut,
+        F: FnOnce(()) -> Fut,
         Fut: Future<Output = Result<V, Status>> + Send + 'static,
     {
         // A plain `fn` returning the call's future, not an `async fn` awaiting it: one state
@@ -229,7 +247,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         action: F,
     ) -> impl Future<Output = Result<Outcome<V>, DedupError>> + use<'s, 'k, V, F, Fut>
     where
-        F: FnOnce() -> Fut,
+        F: FnOnce(()) -> Fut,
         Fut: Future<Output = Result<V, Status>> + Send + 'static,
     {
         self.call(scope, fingerprint, Some(deadline), action)

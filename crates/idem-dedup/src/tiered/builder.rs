@@ -6,14 +6,16 @@ use std::time::Duration;
 
 use crate::codec::{BytesCodec, Codec};
 use crate::config::{check_name, DEFAULT_NAME};
+use crate::local::LocalCache;
 use crate::remote::{OwnerId, RemoteTier};
 use crate::tiered::stats::Counters;
 use crate::tiered::{Inner, TieredEngine};
 use crate::trace::ScopeLogging;
-use crate::{ConfigError, Engine};
+use crate::ConfigError;
 
 /// What a call does when the shared tier fails or does not answer in time (D3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum OnUnavailable {
     /// Refuse the call with `UNAVAILABLE` (retryable); never run an action without a claim. The
     /// default: a duplicate side effect is worse than a retried request.
@@ -54,13 +56,10 @@ pub(crate) struct TierConfig {
 /// |---|---|---|
 /// | [`lease`](Self::lease) | 30 s: a claim lapses this long after it was taken unless completed | D1, D2 |
 /// | [`ttl`](Self::ttl) | 24 h: results live this long in the tier, counted from completion | D1, E2 |
-/// | [`local_ttl`](Self::local_ttl) | the `ttl`: how long this instance keeps its copy | E2 |
 /// | [`max_wait`](Self::max_wait) | 30 s: longest wait for another instance's run | D2 |
 /// | [`poll_interval`](Self::poll_interval) | 10 ms doubling to 250 ms: the polling fallback of waits | D2 |
 /// | [`on_unavailable`](Self::on_unavailable) | [`OnUnavailable::FailClosed`] | D3 |
-/// | [`local_shards`](Self::local_shards) | available parallelism | E8 |
-/// | [`max_local_entries`](Self::max_local_entries) | 1,000,000 | E7 |
-/// | [`local_in_flight_timeout`](Self::local_in_flight_timeout) | `max_wait` + `lease` + 5 s | E6 |
+/// | [`local`](Self::local) | [`LocalCache`]'s defaults: copies kept 5 min (at most the `ttl`), 1,000,000 entries, available parallelism; a local run's lease `max_wait` + `lease` + 5 s | D6 |
 /// | [`codec`](Self::codec) | [`BytesCodec`] (`Vec<u8>`, `String`; `idem-tower` adds its stored responses) | D1 |
 /// | [`name`](Self::name) | `"default"`, for this engine's metrics and its local engine's | E9, E15 |
 /// | [`scope_logging`](Self::scope_logging) | [`ScopeLogging::Digest`] | E15 |
@@ -83,14 +82,12 @@ pub(crate) struct TierConfig {
 /// # let _ = engine; Ok(()) }
 /// ```
 #[derive(Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct TieredBuilder<V, R, C> {
     remote: R,
     codec: C,
     cfg: TierConfig,
-    local_ttl: Option<Duration>,
-    local_shards: Option<usize>,
-    max_local_entries: usize,
-    local_in_flight_timeout: Option<Duration>,
+    local: LocalCache,
     _v: PhantomData<fn() -> V>,
 }
 
@@ -111,10 +108,7 @@ impl<V, R: RemoteTier> TieredBuilder<V, R, BytesCodec> {
                 scope_logging: ScopeLogging::Digest,
                 local_ttl: Duration::from_secs(24 * 3600),
             },
-            local_ttl: None,
-            local_shards: None,
-            max_local_entries: 1_000_000,
-            local_in_flight_timeout: None,
+            local: LocalCache::new(),
             _v: PhantomData,
         }
     }
@@ -127,10 +121,7 @@ impl<V, R, C> TieredBuilder<V, R, C> {
             remote: self.remote,
             codec,
             cfg: self.cfg,
-            local_ttl: self.local_ttl,
-            local_shards: self.local_shards,
-            max_local_entries: self.max_local_entries,
-            local_in_flight_timeout: self.local_in_flight_timeout,
+            local: self.local,
             _v: PhantomData,
         }
     }
@@ -147,16 +138,6 @@ impl<V, R, C> TieredBuilder<V, R, C> {
     /// How long results live in the tier, counted from completion (D1, E2). Default: 24 h.
     pub const fn ttl(mut self, d: Duration) -> Self {
         self.cfg.ttl = d;
-        self
-    }
-
-    /// How long this instance keeps its own copy of a result (replayed without a tier call; D6:
-    /// the local engine is a cache in front of the tier, so this may be much shorter than the
-    /// `ttl` to bound memory).
-    /// A copy of another instance's result may outlive the tier's record by up to this much.
-    /// Default: the [`ttl`](Self::ttl).
-    pub const fn local_ttl(mut self, d: Duration) -> Self {
-        self.local_ttl = Some(d);
         self
     }
 
@@ -183,16 +164,13 @@ impl<V, R, C> TieredBuilder<V, R, C> {
         self
     }
 
-    /// Shards of the local engine (E8). Default: available parallelism.
-    pub const fn local_shards(mut self, n: usize) -> Self {
-        self.local_shards = Some(n);
-        self
-    }
-
-    /// Cap on the local engine's entries (E7). When it is full, calls go to the tier directly
-    /// instead of being refused (D6). Default: 1,000,000.
-    pub const fn max_local_entries(mut self, n: usize) -> Self {
-        self.max_local_entries = n;
+    /// The local engine's settings: how long this instance keeps its copies, how many it holds,
+    /// its shards and its runs' lease (see [`LocalCache`], whose defaults `idem-postgres`'
+    /// engine shares). When the local engine is full, calls go to the tier directly instead of
+    /// being refused. Default: [`LocalCache::new`]; a local run's lease is then
+    /// `max_wait + lease + 5 s` (the wait for another instance's run, then the action).
+    pub const fn local(mut self, local: LocalCache) -> Self {
+        self.local = local;
         self
     }
 
@@ -210,13 +188,6 @@ impl<V, R, C> TieredBuilder<V, R, C> {
     /// Default: [`ScopeLogging::Digest`], never the tenant or the key.
     pub const fn scope_logging(mut self, logging: ScopeLogging) -> Self {
         self.cfg.scope_logging = logging;
-        self
-    }
-
-    /// The local engine's in-flight lease (E6), which bounds a whole local run: waiting for
-    /// another instance, then the action. Default: `max_wait` + `lease` + 5 s.
-    pub const fn local_in_flight_timeout(mut self, d: Duration) -> Self {
-        self.local_in_flight_timeout = Some(d);
         self
     }
 }
@@ -245,23 +216,17 @@ where
         if c.poll_first.is_zero() || c.poll_max < c.poll_first {
             return Err(ConfigError::Invalid("poll_interval needs 0 < first <= max"));
         }
-        let mut local = Engine::builder()
-            .without_run()
+        // A local run: the wait for another instance's run, then the action under its lease.
+        let longest_run = c.max_wait + c.lease + Duration::from_secs(5);
+        let local = self
+            .local
+            .engine_builder(c.ttl, longest_run)
             .name(&*c.name)
             .scope_logging(c.scope_logging)
-            .ttl(self.local_ttl.unwrap_or(c.ttl))
-            .max_entries(self.max_local_entries)
-            .in_flight_timeout(
-                self.local_in_flight_timeout
-                    .unwrap_or(c.max_wait + c.lease + Duration::from_secs(5)),
-            );
-        if let Some(n) = self.local_shards {
-            local = local.shards(n);
-        }
-        let local = local.build()?;
+            .build()?;
         let counters = Counters::new(&self.cfg.name);
         let mut cfg = self.cfg;
-        cfg.local_ttl = self.local_ttl.unwrap_or(cfg.ttl);
+        cfg.local_ttl = self.local.ttl_for(cfg.ttl);
         Ok(TieredEngine::from_parts(Inner {
             local,
             remote: self.remote,

@@ -77,92 +77,30 @@
 //! ```
 
 mod builder;
+mod call;
+mod repair;
 mod run;
 mod stats;
+mod stored;
 
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
 use idem_core::{Deadline, Fingerprint, Scope, Status};
-use parking_lot::Mutex;
-use tokio::time::Instant;
 
 pub use builder::{OnUnavailable, TieredBuilder};
 pub use stats::TierStats;
 
 use crate::codec::{BytesCodec, Codec};
 use crate::remote::{FencingToken, OwnerId, RecordState, RemoteTier};
-use crate::trace;
 use crate::{
-    DedupError, Engine, EntryInfo, EntryState, Outcome, OutcomeKind, ShutdownReport, Source, Stats,
+    DedupError, Engine, EntryInfo, EntryState, Outcome, OutcomeKind, ShutdownReport, Stats,
 };
 use builder::TierConfig;
-use stats::{Counters, Event, Op};
-use tracing::Instrument;
-
-/// How the local engine's copy of a value came to be.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Via {
-    /// This instance ran the action under a claim.
-    Ran,
-    /// Another instance's stored result, found at the first claim.
-    RemoteReplay,
-    /// Another instance's result, after waiting for its run.
-    RemoteJoin,
-    /// Ran without a claim (fail-open).
-    FailOpen,
-    /// An earlier run of this instance whose completion is still being written.
-    Retained,
-}
-
-/// What the local engine stores for a scope: the value and where it came from.
-#[derive(Debug, Clone)]
-pub(crate) struct Stored<V> {
-    value: V,
-    via: Via,
-    token: FencingToken,
-    recorded: bool,
-}
-
-/// Results of this engine whose completion could not be written yet, by scope.
-pub(crate) struct Unrecorded<V> {
-    map: Mutex<std::collections::HashMap<Scope, Stored<V>>>,
-    /// How many there are: read without the lock, so the common case (none) costs one load.
-    len: AtomicUsize,
-}
-
-impl<V> Default for Unrecorded<V> {
-    fn default() -> Self {
-        Unrecorded {
-            map: Mutex::new(std::collections::HashMap::new()),
-            len: AtomicUsize::new(0),
-        }
-    }
-}
-
-impl<V: Clone> Unrecorded<V> {
-    pub(crate) fn get(&self, scope: &Scope) -> Option<Stored<V>> {
-        if self.len.load(Relaxed) == 0 {
-            return None;
-        }
-        self.map.lock().get(scope).cloned()
-    }
-
-    pub(crate) fn insert(&self, scope: Scope, stored: Stored<V>) {
-        let mut map = self.map.lock();
-        map.insert(scope, stored);
-        self.len.store(map.len(), Relaxed);
-    }
-
-    pub(crate) fn remove(&self, scope: &Scope) {
-        let mut map = self.map.lock();
-        map.remove(scope);
-        self.len.store(map.len(), Relaxed);
-    }
-}
+use stats::{Counters, Op};
+use stored::{Stored, Unrecorded, Via};
 
 pub(crate) struct Inner<V, R, C> {
     pub(crate) local: Engine<Stored<V>>,
@@ -188,9 +126,9 @@ pub(crate) struct Inner<V, R, C> {
 /// # Concurrent calls with the same scope
 ///
 /// Of N concurrent calls spread over any number of instances, exactly one runs the action
-/// ([`OutcomeKind::Executed`], [`Source::ThisInstance`]); the others get a clone of its value:
+/// ([`OutcomeKind::Executed`], [`Source::ThisInstance`](crate::Source::ThisInstance)); the others get a clone of its value:
 /// `Joined` if they waited for the run, `Replayed` if it was stored before they asked, with
-/// [`Source::OtherInstance`] when the value came through the tier. Another fingerprint under the
+/// [`Source::OtherInstance`](crate::Source::OtherInstance) when the value came through the tier. Another fingerprint under the
 /// same scope gets `FAILED_PRECONDITION` on every instance.
 ///
 /// # Errors
@@ -297,183 +235,6 @@ where
         self.call(scope, fingerprint, Some(deadline), action).await
     }
 
-    async fn call<F, Fut>(
-        &self,
-        scope: &Scope,
-        fingerprint: Fingerprint,
-        deadline: Option<Deadline>,
-        action: F,
-    ) -> Result<Outcome<V>, DedupError>
-    where
-        F: FnOnce(FencingToken) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<V, Status>> + Send + 'static,
-    {
-        // The call's span (E15): disabled, at the cost of a level check, without a
-        // subscriber that wants it. Its local engine's span is inside it.
-        let cfg = &self.inner.cfg;
-        let span = trace::tiered_span(&cfg.name, cfg.scope_logging, scope);
-        if span.is_disabled() {
-            return self
-                .call_untraced(scope, fingerprint, deadline, action)
-                .await;
-        }
-        let answer = self
-            .call_untraced(scope, fingerprint, deadline, action)
-            .instrument(span.clone())
-            .await;
-        trace::record_end(&span, &answer);
-        if let Ok(out) = &answer {
-            span.record("source", source_label(out.source()));
-        }
-        answer
-    }
-
-    async fn call_untraced<F, Fut>(
-        &self,
-        scope: &Scope,
-        fingerprint: Fingerprint,
-        deadline: Option<Deadline>,
-        action: F,
-    ) -> Result<Outcome<V>, DedupError>
-    where
-        F: FnOnce(FencingToken) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<V, Status>> + Send + 'static,
-    {
-        // The action is kept where this call can take it back if the local engine refuses the
-        // scope for lack of room (D6): the tier then arbitrates the call alone.
-        let slot = Arc::new(Mutex::new(Some(action)));
-        let inner = self.inner.clone();
-        let owned = scope.clone();
-        let taken = slot.clone();
-        let owner = inner.cfg.owner;
-        let run = move || {
-            let action = taken.lock().take();
-            run::remote_run(inner, owned, fingerprint, action, owner)
-        };
-        let local = &self.inner.local;
-        let result = match deadline {
-            None => local.execute(scope, fingerprint, run).await,
-            Some(d) => {
-                local
-                    .execute_with_deadline(scope, fingerprint, d, run)
-                    .await
-            }
-        };
-        let out = match result {
-            Ok(out) => out,
-            Err(DedupError::Overloaded { .. }) if slot.lock().is_some() => {
-                let action = slot.lock().take();
-                return self.bypass(scope, fingerprint, deadline, action).await;
-            }
-            Err(e) => return Err(e),
-        };
-        let (kind, expires_at) = (out.kind(), out.expires_at());
-        Ok(self.outcome(out.into_value(), kind, expires_at))
-    }
-
-    /// A call the full local engine could not take: straight to the tier, under an owner of its
-    /// own (so it is never mistaken for an orphan of the local leaders), in a task of its own (so
-    /// it runs to completion if this caller goes, E5).
-    async fn bypass<F, Fut>(
-        &self,
-        scope: &Scope,
-        fingerprint: Fingerprint,
-        deadline: Option<Deadline>,
-        action: Option<F>,
-    ) -> Result<Outcome<V>, DedupError>
-    where
-        F: FnOnce(FencingToken) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<V, Status>> + Send + 'static,
-    {
-        self.inner.counters.bump(Event::LocalFull);
-        let run = run::remote_run(
-            self.inner.clone(),
-            scope.clone(),
-            fingerprint,
-            action,
-            OwnerId::random(),
-        );
-        let task = tokio::spawn(run);
-        let joined = match deadline {
-            None => task.await,
-            Some(d) => match tokio::time::timeout_at(d.instant(), task).await {
-                Ok(joined) => joined,
-                Err(_) => return Err(DedupError::DeadlineExceeded),
-            },
-        };
-        let stored = match joined {
-            Ok(Ok(stored)) => stored,
-            Ok(Err(status)) => {
-                return Err(DedupError::Action {
-                    status,
-                    outcome: OutcomeKind::Executed,
-                })
-            }
-            Err(e) => {
-                let message = match e.try_into_panic() {
-                    Ok(p) => crate::run::panic_message(&*p),
-                    Err(_) => "the run's task was cancelled".to_owned(),
-                };
-                if trace::warn_enabled() {
-                    let cfg = &self.inner.cfg;
-                    let f = trace::ScopeFields::new(scope, cfg.scope_logging);
-                    trace::warn_scope!(
-                        "idem_dedup.panicked",
-                        &*cfg.name,
-                        &f,
-                        panic = message.as_str(),
-                        "the action panicked: its callers get INTERNAL and nothing is stored"
-                    );
-                }
-                return Err(DedupError::Panicked { message });
-            }
-        };
-        let expires_at = Instant::now() + self.inner.cfg.ttl;
-        Ok(self.outcome(stored, OutcomeKind::Executed, expires_at))
-    }
-
-    /// The caller's view of a stored value: what kind of answer, and from where.
-    ///
-    /// `expires_at` is the local copy's expiry (its completion here + `local_ttl`). For a result
-    /// this instance ran and recorded, the caller is told the shared record's instead: `ttl` from
-    /// that completion (later than the tier's own clock by the completion's reply, a few
-    /// milliseconds at most). Other instances' results keep the local copy's expiry: this
-    /// instance cannot tell when they completed, and its copy is what it will serve.
-    fn outcome(&self, stored: Stored<V>, kind: OutcomeKind, expires_at: Instant) -> Outcome<V> {
-        let cfg = &self.inner.cfg;
-        let expires_at = match stored.via {
-            Via::Ran if stored.recorded => expires_at
-                .checked_sub(cfg.local_ttl)
-                .map_or(expires_at, |completed| completed + cfg.ttl),
-            _ => expires_at,
-        };
-        let (kind, source, token) = match (kind, stored.via) {
-            (kind, Via::Ran) => (kind, Source::ThisInstance, Some(stored.token)),
-            (OutcomeKind::Executed, Via::Retained) => (
-                OutcomeKind::Replayed,
-                Source::ThisInstance,
-                Some(stored.token),
-            ),
-            (kind, Via::Retained) => (kind, Source::ThisInstance, Some(stored.token)),
-            (OutcomeKind::Executed, Via::RemoteReplay) => {
-                (OutcomeKind::Replayed, Source::OtherInstance, None)
-            }
-            (OutcomeKind::Executed, Via::RemoteJoin) => {
-                (OutcomeKind::Joined, Source::OtherInstance, None)
-            }
-            (kind, Via::RemoteReplay | Via::RemoteJoin) => (kind, Source::OtherInstance, None),
-            (kind, Via::FailOpen) => (kind, Source::FailOpen, None),
-        };
-        Outcome::tiered(
-            stored.value,
-            kind,
-            expires_at,
-            source,
-            token,
-            stored.recorded,
-        )
-    }
-
     /// Looks a scope up (E13): the local engine's entry if it holds one, else the tier's record.
     ///
     /// # Errors
@@ -554,16 +315,6 @@ where
     /// claims of runs that do not finish lapse with their leases.
     pub async fn shutdown(&self, grace: Duration) -> ShutdownReport {
         self.inner.local.shutdown(grace).await
-    }
-}
-
-/// The `source` field of a tiered call's span.
-fn source_label(source: Source) -> &'static str {
-    match source {
-        Source::Local => "local",
-        Source::ThisInstance => "this_instance",
-        Source::OtherInstance => "other_instance",
-        Source::FailOpen => "fail_open",
     }
 }
 

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_dedup::remote::OwnerId;
-use idem_dedup::{BytesCodec, Codec, ConfigError, Engine};
+use idem_dedup::trace::ScopeLogging;
+use idem_dedup::{BytesCodec, Codec, ConfigError, LocalCache};
 use sqlx::PgPool;
 
 use super::{Inner, PgEngine};
@@ -30,12 +31,12 @@ pub(crate) struct TxConfig {
 /// | setting | default | |
 /// |---|---|---|
 /// | [`ttl`](Self::ttl) | 24 h: records live this long, counted from the commit | E2 |
-/// | [`local_ttl`](Self::local_ttl) | 5 min (at most the `ttl`): this instance's copy, replayed without a query | D6 |
 /// | [`max_wait`](Self::max_wait) | 30 s: longest wait for another transaction of the same scope | D2 |
 /// | [`lease`](Self::lease) | 30 s: longest a run's transaction may sit idle before the server ends it | D4 |
 /// | [`poll_interval`](Self::poll_interval) | 10 ms doubling to 250 ms: waits for a remote-tier claim of the scope | D2 |
-/// | [`local_shards`](Self::local_shards) | available parallelism | E8 |
-/// | [`max_local_entries`](Self::max_local_entries) | 1,000,000 | E7 |
+/// | [`local`](Self::local) | [`LocalCache`]'s defaults: copies kept 5 min (at most the `ttl`), replayed without a query; 1,000,000 entries; available parallelism; a local run's lease `max_wait` + `lease` + 4 × `query_timeout` + 5 s | D6 |
+/// | [`name`](Self::name) | `"default"`, for its local engine's metrics and spans | E9, E15 |
+/// | [`scope_logging`](Self::scope_logging) | [`ScopeLogging::Digest`] | E15 |
 /// | [`codec`](Self::codec) | [`BytesCodec`] (`Vec<u8>`, `String`; `idem-tower` adds its stored responses) | D1 |
 /// | [`schema`](Self::schema) | `idem` | |
 /// | [`query_timeout`](Self::query_timeout) | 1 s: every statement idem sends (BEGIN, the claim, the record with the COMMIT) | D3 |
@@ -44,8 +45,9 @@ pub(crate) struct TxConfig {
 ///
 /// The local copy's TTL is short by default because the local engine is a cache in front of the
 /// table: a result it no longer holds costs one transaction to replay, while a local engine
-/// filled with long-lived copies would refuse new scopes (`RESOURCE_EXHAUSTED`) once
-/// `max_local_entries` are held.
+/// filled with long-lived copies would refuse new scopes (`RESOURCE_EXHAUSTED`) once its
+/// `max_entries` are held. The tiered engine has the same default, for the same reasons (see
+/// [`LocalCache`]).
 ///
 /// ```no_run
 /// # async fn demo(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
@@ -62,13 +64,14 @@ pub(crate) struct TxConfig {
 /// # let _ = engine; Ok(()) }
 /// ```
 #[derive(Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct PgEngineBuilder<V, C = BytesCodec> {
     common: Common,
     codec: C,
     cfg: TxConfig,
-    local_ttl: Option<Duration>,
-    local_shards: Option<usize>,
-    max_local_entries: usize,
+    local: LocalCache,
+    name: Arc<str>,
+    scope_logging: ScopeLogging,
     _v: PhantomData<fn() -> V>,
 }
 
@@ -85,9 +88,9 @@ impl<V> PgEngineBuilder<V, BytesCodec> {
                 poll_max: Duration::from_millis(250),
                 owner: OwnerId::random(),
             },
-            local_ttl: None,
-            local_shards: None,
-            max_local_entries: 1_000_000,
+            local: LocalCache::new(),
+            name: Arc::from("default"),
+            scope_logging: ScopeLogging::Digest,
             _v: PhantomData,
         }
     }
@@ -102,9 +105,9 @@ impl<V, C> PgEngineBuilder<V, C> {
             common: self.common,
             codec,
             cfg: self.cfg,
-            local_ttl: self.local_ttl,
-            local_shards: self.local_shards,
-            max_local_entries: self.max_local_entries,
+            local: self.local,
+            name: self.name,
+            scope_logging: self.scope_logging,
             _v: PhantomData,
         }
     }
@@ -112,14 +115,6 @@ impl<V, C> PgEngineBuilder<V, C> {
     /// How long records live in the table, counted from the commit (E2). Default: 24 h.
     pub const fn ttl(mut self, d: Duration) -> Self {
         self.cfg.ttl = d;
-        self
-    }
-
-    /// How long this instance keeps its own copy of a result (replayed with no query). Default:
-    /// 5 minutes, or the `ttl` if shorter. A copy may outlive the table's record by up to this
-    /// much.
-    pub const fn local_ttl(mut self, d: Duration) -> Self {
-        self.local_ttl = Some(d);
         self
     }
 
@@ -148,17 +143,31 @@ impl<V, C> PgEngineBuilder<V, C> {
         self
     }
 
-    /// Shards of the local engine (E8). Default: available parallelism.
-    pub const fn local_shards(mut self, n: usize) -> Self {
-        self.local_shards = Some(n);
+    /// The local engine's settings: how long this instance keeps its copies, how many it holds,
+    /// its shards and its runs' lease (see [`LocalCache`], whose defaults the tiered engine
+    /// shares). When it is full, new scopes get `RESOURCE_EXHAUSTED` with a retry-after hint
+    /// until copies expire. Default: [`LocalCache::new`], with a local run's lease of
+    /// `max_wait` + `lease` + 4 × `query_timeout` + 5 s (the wait for the scope's lock, the
+    /// action, the record and the commit).
+    pub const fn local(mut self, local: LocalCache) -> Self {
+        self.local = local;
         self
     }
 
-    /// Cap on the local engine's entries (E7): when it is full, new scopes get
-    /// `RESOURCE_EXHAUSTED` with a retry-after hint until copies expire (see
-    /// [`local_ttl`](Self::local_ttl)). Default: 1,000,000.
-    pub const fn max_local_entries(mut self, n: usize) -> Self {
-        self.max_local_entries = n;
+    /// The engine's name: the `engine` label of its local engine's metrics (`idem_dedup_*`)
+    /// and the `engine` field of its spans and events, so two engines in one process keep
+    /// their figures apart. The rule and the default are
+    /// [`EngineBuilder::name`](idem_dedup::EngineBuilder::name)'s: 1 to 64 characters of
+    /// `A-Z a-z 0-9 _ - .`, `"default"`; `build` refuses others.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Arc::from(name.into());
+        self
+    }
+
+    /// What this engine's spans and events show of a scope. Default:
+    /// [`ScopeLogging::Digest`], never the tenant or the key.
+    pub const fn scope_logging(mut self, logging: ScopeLogging) -> Self {
+        self.scope_logging = logging;
         self
     }
 }
@@ -184,27 +193,24 @@ where
         if c.poll_first.is_zero() || c.poll_max < c.poll_first {
             return Err(SetupError::Invalid("poll_interval needs 0 < first <= max"));
         }
-        let local_ttl = self
-            .local_ttl
-            .unwrap_or(Duration::from_secs(300))
-            .min(c.ttl);
         // A local run: the wait for the scope's lock, the action (bounded by the lease while
         // idle), the record and the commit.
-        let in_flight =
+        let longest_run =
             c.max_wait + c.lease + self.common.query_timeout * 4 + Duration::from_secs(5);
-        let mut local = Engine::builder()
-            .ttl(local_ttl)
-            .max_entries(self.max_local_entries)
-            .in_flight_timeout(in_flight);
-        if let Some(n) = self.local_shards {
-            local = local.shards(n);
-        }
-        let local = local.build().map_err(|e| match e {
-            ConfigError::Invalid(rule) => SetupError::Invalid(rule),
-            ConfigError::NoRuntime => {
-                SetupError::Invalid("PgEngine must be built inside a tokio runtime")
-            }
-        })?;
+        let local = self
+            .local
+            .engine_builder(c.ttl, longest_run)
+            .name(&*self.name)
+            .scope_logging(self.scope_logging)
+            .build()
+            .map_err(|e| match e {
+                ConfigError::Invalid(rule) => SetupError::Invalid(rule),
+                ConfigError::NoRuntime => {
+                    SetupError::Invalid("PgEngine must be built inside a tokio runtime")
+                }
+                _ => SetupError::Invalid("the local engine's settings were refused"),
+            })?;
+        let local_ttl = self.local.ttl_for(c.ttl);
         let db = self.common.open().await?;
         let sweeper = self.common.sweep.map(|cfg| sweeper::spawn(&db, cfg));
         Ok(PgEngine {

@@ -2,25 +2,25 @@
 //! record is written in that same transaction (D4 b).
 
 mod builder;
+mod call;
 mod run;
 
 use std::fmt;
-use std::future::{ready, Future};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use idem_core::{Deadline, Fingerprint, Scope, Status};
 use idem_dedup::remote::FencingToken;
 use idem_dedup::{
-    BytesCodec, Codec, DedupError, Deduplicator, Engine, EntryInfo, EntryState, Outcome,
-    OutcomeKind, Stats,
+    BytesCodec, Codec, DedupError, Engine, EntryInfo, EntryState, Outcome, OutcomeKind, Stats,
 };
-use parking_lot::Mutex;
 use sqlx::PgPool;
 
 pub use builder::PgEngineBuilder;
 use builder::TxConfig;
 
+use crate::codes::state;
 use crate::db::Db;
 use crate::digest::ScopeDigest;
 use crate::sweeper;
@@ -52,7 +52,7 @@ impl<V, C> Drop for Inner<V, C> {
 ///
 /// A call goes to this instance's local [`Engine`] first: concurrent duplicates on this
 /// instance join one run, and results it holds are replayed without a query (for
-/// [`local_ttl`](PgEngineBuilder::local_ttl)). The local leader then:
+/// the [local copy's TTL](idem_dedup::LocalCache::ttl)). The local leader then:
 ///
 /// 1. `BEGIN`s a transaction and calls the schema's `tx_claim`, which takes the scope's
 ///    transaction-scoped advisory lock — waiting, up to [`max_wait`](PgEngineBuilder::max_wait),
@@ -71,7 +71,8 @@ impl<V, C> Drop for Inner<V, C> {
 /// [`lease`](PgEngineBuilder::lease) is ended by the server (its transaction rolls back); when
 /// it wakes, its statements and its COMMIT fail.
 ///
-/// Cheap to clone. It implements [`Deduplicator`] with [`Context`](Deduplicator::Context) =
+/// Cheap to clone. It implements [`Deduplicator`](idem_dedup::Deduplicator) with
+/// [`Context`](idem_dedup::Deduplicator::Context) =
 /// [`PgTransaction`], so `idem-tower`'s `IdemLayer` runs over it: the inner service finds the
 /// transaction in the request's extensions, and the stored response commits with its writes.
 ///
@@ -181,7 +182,7 @@ where
     }
 
     /// As [`execute_in_transaction`](Self::execute_in_transaction), with the transaction alone
-    /// (what [`Deduplicator::execute`] gives).
+    /// (what [`Deduplicator::execute`](idem_dedup::Deduplicator::execute) gives).
     ///
     /// # Errors
     ///
@@ -220,106 +221,6 @@ where
         self.call(scope, fingerprint, Some(deadline), action).await
     }
 
-    async fn call<F, Fut>(
-        &self,
-        scope: &Scope,
-        fingerprint: Fingerprint,
-        deadline: Option<Deadline>,
-        action: F,
-    ) -> Result<Outcome<V>, DedupError>
-    where
-        F: FnOnce(PgTransaction) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<V, Status>> + Send + 'static,
-    {
-        let slot = Arc::new(Mutex::new(Some(action)));
-        let inner = self.inner.clone();
-        let owned = scope.clone();
-        let run = move || {
-            let action = slot.lock().take();
-            run::leader(inner, owned, fingerprint, action)
-        };
-        let local = &self.inner.local;
-        let result = match deadline {
-            None => local.execute(scope, fingerprint, run).await,
-            Some(d) => {
-                local
-                    .execute_with_deadline(scope, fingerprint, d, run)
-                    .await
-            }
-        };
-        // Only the local run's own answers: a value `settle` seeds from the table is another
-        // run's record, whose commit this instance cannot date.
-        let result = result.map(|out| self.record_expiry(out));
-        self.settle(scope, fingerprint, result).await
-    }
-
-    /// A result this instance ran (and its local joiners) expires from the table `ttl` after
-    /// it committed, not when the local copy does. Called on the local run's answers only
-    /// (never on what `settle` seeds from the table); a replay keeps the local copy's expiry:
-    /// a record read from the table does not say here when it committed.
-    fn record_expiry(&self, out: Outcome<V>) -> Outcome<V> {
-        if !matches!(out.kind(), OutcomeKind::Executed | OutcomeKind::Joined) {
-            return out;
-        }
-        let Some(committed) = out.expires_at().checked_sub(self.inner.local_ttl) else {
-            return out;
-        };
-        let (kind, source, token, recorded) = (
-            out.kind(),
-            out.source(),
-            out.fencing_token(),
-            out.is_recorded(),
-        );
-        Outcome::from_parts(
-            out.into_value(),
-            kind,
-            committed + self.inner.cfg.ttl,
-            source,
-            token,
-            recorded,
-        )
-    }
-
-    /// Turns a run that found the record committed by another run into a replay: the value is
-    /// put in the local engine (one local call), whose next answer for the scope is a replay.
-    async fn settle(
-        &self,
-        scope: &Scope,
-        fingerprint: Fingerprint,
-        mut result: Result<Outcome<V>, DedupError>,
-    ) -> Result<Outcome<V>, DedupError> {
-        // Bounded: each round either settles or meets a newer run of the scope that found the
-        // record too (an operator's forget between two local calls).
-        for _ in 0..4 {
-            let value = match &result {
-                Err(DedupError::Action { status, .. }) => match run::record_value::<V>(status) {
-                    Some(value) => value,
-                    None => return result,
-                },
-                Ok(out) if out.kind() == OutcomeKind::Executed => return result,
-                _ => return result,
-            };
-            let local = &self.inner.local;
-            let seeded = local
-                .execute(scope, fingerprint, move || ready(Ok(value)))
-                .await;
-            result = match seeded {
-                // This call stored the value: the scope's next answer is a replay.
-                Ok(out) if out.kind() == OutcomeKind::Executed => {
-                    let value = out.into_value();
-                    local
-                        .execute(scope, fingerprint, move || ready(Ok(value)))
-                        .await
-                }
-                other => other,
-            };
-            if matches!(&result, Ok(out) if out.kind() != OutcomeKind::Executed) {
-                return result;
-            }
-        }
-        result
-    }
-
     /// What is held for `scope`: this instance's copy or run, else the table's record (E13).
     ///
     /// # Errors
@@ -341,7 +242,7 @@ where
         Ok(row.map(|(state, _token, left, age)| {
             let age = Duration::from_millis(u64::try_from(age).unwrap_or(0));
             let left = Duration::from_millis(u64::try_from(left).unwrap_or(0));
-            if state == 1 {
+            if state == state::IN_FLIGHT {
                 EntryInfo {
                     state: EntryState::InFlight { waiters: 0 },
                     age,
@@ -421,56 +322,5 @@ fn action_error(status: Status) -> DedupError {
     DedupError::Action {
         status,
         outcome: OutcomeKind::Executed,
-    }
-}
-
-impl<V, C> Deduplicator for PgEngine<V, C>
-where
-    V: Clone + Send + Sync + 'static,
-    C: Codec<V>,
-{
-    type Value = V;
-    type Context = PgTransaction;
-
-    fn execute<F, Fut>(
-        &self,
-        scope: &Scope,
-        fingerprint: Fingerprint,
-        action: F,
-    ) -> impl Future<Output = Result<Outcome<V>, DedupError>> + Send
-    where
-        F: FnOnce(PgTransaction) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<V, Status>> + Send + 'static,
-    {
-        PgEngine::execute(self, scope, fingerprint, action)
-    }
-
-    fn execute_with_deadline<F, Fut>(
-        &self,
-        scope: &Scope,
-        fingerprint: Fingerprint,
-        deadline: Deadline,
-        action: F,
-    ) -> impl Future<Output = Result<Outcome<V>, DedupError>> + Send
-    where
-        F: FnOnce(PgTransaction) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<V, Status>> + Send + 'static,
-    {
-        PgEngine::execute_with_deadline(self, scope, fingerprint, deadline, action)
-    }
-
-    fn lookup(
-        &self,
-        scope: &Scope,
-    ) -> impl Future<Output = Result<Option<EntryInfo>, DedupError>> + Send {
-        PgEngine::lookup(self, scope)
-    }
-
-    fn forget(&self, scope: &Scope) -> impl Future<Output = Result<bool, DedupError>> + Send {
-        PgEngine::forget(self, scope)
-    }
-
-    fn stats(&self) -> Stats {
-        self.local_stats()
     }
 }

@@ -14,6 +14,7 @@ use sqlx::{Postgres, Transaction};
 use tokio::time::Instant;
 
 use super::Inner;
+use crate::codes::claim;
 use crate::db::{ms, ms_i32, Failure};
 use crate::digest::ScopeDigest;
 use crate::transaction::PgTransaction;
@@ -97,16 +98,16 @@ where
                 Err(f) => return Err(db.status(f)),
             };
         match outcome {
-            0 => {
+            claim::CLAIMED => {
                 let token =
                     idem_dedup::remote::FencingToken::new(u64::try_from(token).unwrap_or(0));
                 return run_claimed(&inner, tx, &d, fp, token, scope, action).await;
             }
-            2 => {
+            claim::COMPLETED => {
                 let value = inner.codec.decode(&result.unwrap_or_default())?;
                 return Err(from_record(value));
             }
-            3 => {
+            claim::CONFLICT => {
                 return Err(Status::new(
                     Code::FailedPrecondition,
                     "idempotency key reused with a different request: this key was stored with \
@@ -114,7 +115,7 @@ where
                 )
                 .with_reason(Reason::IDEMPOTENCY_CONFLICT))
             }
-            1 => {
+            claim::HELD => {
                 // A remote-tier claim (a PgTier on the same schema) holds the scope: poll.
                 drop(tx);
                 let now = Instant::now();

@@ -84,7 +84,7 @@ async fn d4_conflict_across_instances_is_failed_precondition_on_both_transaction
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
     release_tx.send(()).unwrap();
-    running.await.unwrap().unwrap();
+    let _ = running.await.unwrap().unwrap();
     let e = waiting.await.unwrap().unwrap_err();
     assert!(is_conflict(&e), "{e}");
 

@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use idem_core::Status;
-use idem_postgres::{ClaimOutcome, OwnerId, PgEngine, PgTier, RemoteTier, TieredEngine};
+use idem_postgres::{
+    ClaimOutcome, LocalCache, OwnerId, PgEngine, PgTier, RemoteTier, TieredEngine,
+};
 use idem_test_support::time::eventually;
 
 use crate::support::{pool, TestDb};
@@ -46,12 +48,13 @@ async fn d4_sweeper_deletes_expired_rows_and_the_table_stays_bounded_under_a_uni
             if i % 16 == 15 {
                 while tasks.len() > 16 {
                     let r = tasks.join_next().await.unwrap().unwrap();
-                    r.unwrap_or_else(|e| panic!("a flood call failed: {e}"));
+                    let _ = r.unwrap_or_else(|e| panic!("a flood call failed: {e}"));
                 }
             }
         }
         while let Some(r) = tasks.join_next().await {
-            r.unwrap()
+            let _ = r
+                .unwrap()
                 .unwrap_or_else(|e| panic!("a flood call failed: {e}"));
         }
         peak = peak.max(db.records().await);
@@ -107,11 +110,12 @@ async fn d4_sweep_now_deletes_expired_remote_tier_records_and_lapsed_claims() {
     );
     for i in 0..120 {
         let e = if i % 2 == 0 { &short } else { &long };
-        e.execute(&scope("d4-sweep-tier", i), fp(i), |_| async {
-            Ok::<_, Status>("v".to_string())
-        })
-        .await
-        .unwrap();
+        let _ = e
+            .execute(&scope("d4-sweep-tier", i), fp(i), |_| async {
+                Ok::<_, Status>("v".to_string())
+            })
+            .await
+            .unwrap();
     }
     // Ten claims that nobody completes, with a short lease.
     for i in 1_000..1_010 {
@@ -148,7 +152,7 @@ async fn d4_e2_a_run_expires_with_its_table_record_not_the_local_copy() {
         .schema(&db.schema)
         .apply_schema(false)
         .ttl(hour)
-        .local_ttl(Duration::from_secs(10))
+        .local(LocalCache::new().ttl(Duration::from_secs(10)))
         .build()
         .await
         .unwrap();

@@ -19,7 +19,7 @@ async fn d4_remote_tier_local_replay_costs_no_query_cross_instance_replay_one() 
     let (a, b) = (db.tiered(2, lease).await, db.tiered(2, lease).await);
     let s = scope("d4-queries", 1);
     let run = |_| async { Ok::<_, Status>("order-1".to_string()) };
-    a.execute(&s, fp(1), run).await.unwrap();
+    let _ = a.execute(&s, fp(1), run).await.unwrap();
     let before = a.remote().queries_sent();
     for _ in 0..100 {
         let out = a.execute(&s, fp(1), run).await.unwrap();
@@ -52,7 +52,8 @@ async fn d4_transactional_local_replay_costs_no_query_cross_instance_replay_one_
     let s = scope("d4-queries", 1);
 
     let before = a.queries_sent();
-    a.execute(&s, fp(1), place_order(insert.clone(), 1, "A".into()))
+    let _ = a
+        .execute(&s, fp(1), place_order(insert.clone(), 1, "A".into()))
         .await
         .unwrap();
     // BEGIN, tx_claim, (the action's INSERT is the user's), record, COMMIT.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_core::{Code, Reason, Status};
-use idem_postgres::{PgEngine, PgTier, TieredEngine};
+use idem_postgres::{LocalCache, PgEngine, PgTier, TieredEngine};
 use idem_test_support::postgres::PgCluster;
 use idem_test_support::time::eventually;
 
@@ -149,7 +149,7 @@ async fn d4_postgres_restarted_remote_tier_fails_closed_then_resumes() {
     let engine = |tier: PgTier| {
         TieredEngine::<String>::builder(tier)
             .lease(Duration::from_secs(5))
-            .local_shards(2)
+            .local(LocalCache::new().shards(2))
             .build()
             .unwrap()
     };
@@ -178,7 +178,7 @@ async fn d4_postgres_restarted_remote_tier_fails_closed_then_resumes() {
         }
     };
     for i in 0..50 {
-        call(if i % 2 == 0 { &a } else { &b }, i).await.unwrap();
+        let _ = call(if i % 2 == 0 { &a } else { &b }, i).await.unwrap();
     }
     assert_eq!(runs.load(Ordering::SeqCst), 50);
 

@@ -55,7 +55,7 @@ async fn d4_failed_action_rolls_back_its_side_effect_and_the_next_call_runs_once
     let runs = Arc::new(AtomicU32::new(0));
     for _ in 0..3 {
         let (runs, order) = (runs.clone(), place_order(insert.clone(), 1, "ok".into()));
-        engine
+        let _ = engine
             .execute_in_transaction(&s, fp(1), move |tx, token| async move {
                 assert!(token.is_fenced());
                 assert_eq!(token, tx.token());
@@ -77,7 +77,7 @@ async fn d4_transaction_handle_is_closed_after_the_run_and_nested_begin_is_a_sav
     let insert = db.insert_order();
     let kept = Arc::new(parking_lot::Mutex::new(None));
     let k = kept.clone();
-    engine
+    let _ = engine
         .execute(&scope("d4-handle", 1), fp(1), move |tx| async move {
             {
                 let mut conn = tx.lock().await?;
@@ -152,7 +152,8 @@ async fn e13_lookup_and_forget_reach_the_table() {
     let insert = db.insert_order();
     let s = scope("e13-lookup", 1);
     assert!(b.lookup(&s).await.unwrap().is_none());
-    a.execute(&s, fp(1), place_order(insert.clone(), 1, "A".into()))
+    let _ = a
+        .execute(&s, fp(1), place_order(insert.clone(), 1, "A".into()))
         .await
         .unwrap();
     // B holds nothing locally: it reads the table.

@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use idem_postgres::{PgEngine, PgTier, TieredEngine};
+use idem_postgres::{LocalCache, PgEngine, PgTier, TieredEngine};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 
@@ -102,7 +102,7 @@ impl TestDb {
             .schema(&self.schema)
             .query_timeout(Duration::from_secs(5))
             .apply_schema(false)
-            .local_shards(2)
+            .local(LocalCache::new().shards(2))
             .build()
             .await
             .expect("engine")
@@ -124,7 +124,7 @@ impl TestDb {
         TieredEngine::<String>::builder(self.tier(conns).await)
             .lease(lease)
             .poll_interval(Duration::from_millis(5), Duration::from_millis(50))
-            .local_shards(2)
+            .local(LocalCache::new().shards(2))
             .build()
             .expect("tiered engine")
     }

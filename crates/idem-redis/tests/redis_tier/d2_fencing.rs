@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use idem_core::Fingerprint;
 use idem_dedup::OutcomeKind;
-use idem_redis::{RedisTier, TieredEngine};
+use idem_redis::{LocalCache, RedisTier, TieredEngine};
 use idem_test_support::fencing::{assert_fenced_out, take_over, StalledHolder};
 use idem_test_support::redis::RedisServer;
 use tokio::time::Instant;
@@ -16,7 +16,7 @@ fn short_lease(t: RedisTier) -> TieredEngine<String> {
     TieredEngine::<String>::builder(t)
         .lease(Duration::from_millis(300))
         .poll_interval(Duration::from_millis(5), Duration::from_millis(50))
-        .local_shards(1)
+        .local(LocalCache::new().shards(1))
         .build()
         .unwrap()
 }

@@ -1,7 +1,7 @@
 //! D3: the same exactly-once workload against a 3-master Redis Cluster.
 
 use idem_core::Status;
-use idem_redis::{RedisTier, TieredEngine};
+use idem_redis::{LocalCache, RedisTier, TieredEngine};
 use std::time::Duration;
 
 use idem_test_support::redis::RedisCluster;
@@ -17,7 +17,7 @@ async fn cluster_engine(urls: &[String]) -> TieredEngine<String> {
         .await
         .expect("connect to the test cluster");
     TieredEngine::<String>::builder(tier)
-        .local_shards(2)
+        .local(LocalCache::new().shards(2))
         .build()
         .unwrap()
 }

@@ -32,7 +32,7 @@ async fn d3_redis_killed_fails_closed_then_resumes_after_restart() {
 
     // Healthy: 100 intents.
     for i in 0..100 {
-        call(if i % 2 == 0 { &a } else { &b }, i).await.unwrap();
+        let _ = call(if i % 2 == 0 { &a } else { &b }, i).await.unwrap();
     }
     assert_eq!(runs.load(Ordering::SeqCst), 100);
 
@@ -79,8 +79,8 @@ async fn d3_redis_killed_fails_closed_then_resumes_after_restart() {
     eprintln!("resumed after {:?}", t0.elapsed());
     let before = runs.load(Ordering::SeqCst);
     for i in 300..340 {
-        call(if i % 2 == 0 { &b } else { &a }, i).await.unwrap();
-        call(if i % 2 == 0 { &a } else { &b }, i).await.unwrap();
+        let _ = call(if i % 2 == 0 { &b } else { &a }, i).await.unwrap();
+        let _ = call(if i % 2 == 0 { &a } else { &b }, i).await.unwrap();
     }
     assert_eq!(
         runs.load(Ordering::SeqCst),

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_core::Status;
-use idem_redis::{RedisTier, TieredEngine};
+use idem_redis::{LocalCache, RedisTier, TieredEngine};
 use idem_test_support::redis::{Options, RedisCluster};
 use parking_lot::Mutex;
 use tokio::time::Instant;
@@ -34,7 +34,7 @@ async fn cluster_engine(urls: &[String], keep_client: bool) -> TieredEngine<Stri
     TieredEngine::<String>::builder(tier)
         .lease(Duration::from_secs(30))
         .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
-        .local_shards(2)
+        .local(LocalCache::new().shards(2))
         .build()
         .unwrap()
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use idem_core::{Code, Status};
 use idem_dedup::OutcomeKind;
-use idem_redis::{RedisTier, RemoteTier, Source, TieredEngine};
+use idem_redis::{LocalCache, RedisTier, RemoteTier, Source, TieredEngine};
 use idem_test_support::redis::{Options, RedisServer};
 use parking_lot::Mutex;
 
@@ -19,7 +19,7 @@ fn engine_with_lease(t: RedisTier, lease: Duration) -> TieredEngine<String> {
     TieredEngine::<String>::builder(t)
         .lease(lease)
         .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
-        .local_shards(2)
+        .local(LocalCache::new().shards(2))
         .build()
         .expect("engine")
 }

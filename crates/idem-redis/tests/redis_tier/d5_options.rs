@@ -141,11 +141,12 @@ async fn d3_tier_over_the_users_own_connection_manager() {
     let a = engine(own);
     let b = engine(tier(&redis.url()).await);
     let s = scope("d3-own", 1);
-    a.execute(&s, fp(1), |t| async move {
-        Ok::<_, Status>(format!("ran with {t}"))
-    })
-    .await
-    .unwrap();
+    let _ = a
+        .execute(&s, fp(1), |t| async move {
+            Ok::<_, Status>(format!("ran with {t}"))
+        })
+        .await
+        .unwrap();
     // The scripts went over the user's own connection.
     let me = raw(redis.port(), &format!("CLIENT LIST ID {id}"))
         .await

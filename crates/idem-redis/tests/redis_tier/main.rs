@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_core::Status;
-use idem_redis::{RedisTier, TieredEngine};
+use idem_redis::{LocalCache, RedisTier, TieredEngine};
 pub use idem_test_support::intents::{fp, scope};
 
 /// Tests that load the machine (thousands of calls, a cluster, restarts) or check timings take
@@ -45,7 +45,7 @@ pub async fn tier(url: &str) -> RedisTier {
 /// An engine on `tier` with small local shards.
 pub fn engine(tier: RedisTier) -> TieredEngine<String> {
     TieredEngine::<String>::builder(tier)
-        .local_shards(2)
+        .local(LocalCache::new().shards(2))
         .build()
         .expect("engine")
 }

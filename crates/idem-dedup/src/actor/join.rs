@@ -28,7 +28,7 @@ use parking_lot::Mutex;
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
-use crate::message::Reply;
+use crate::actor::message::Reply;
 use crate::{DedupError, Outcome, OutcomeKind};
 
 /// What a run's waiters get: the value and its expiry, or the error.

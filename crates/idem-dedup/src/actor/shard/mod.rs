@@ -1,9 +1,13 @@
 //! The shard actor: the only code that writes a shard's map and timer wheel (E8). This file
 //! holds the actor and its loop; `apply` how messages and run ends change the table, `expiry`
-//! its timers.
+//! its timers, `seed` how a result obtained elsewhere is stored, `room` how removed entries give
+//! back the room they held, and `warn` the events of runs that ended badly.
 
 mod apply;
 mod expiry;
+mod room;
+mod seed;
+mod warn;
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::{Arc, TryLockError};
@@ -11,19 +15,20 @@ use std::time::Duration;
 
 use crossbeam_utils::sync::{ShardedLock, ShardedLockWriteGuard};
 use hashbrown::hash_table::HashTable;
-use idem_core::{whole_millis, Scope};
 use tokio::sync::mpsc;
 
+use crate::actor::entry::{Entry, InFlight, Spares, State};
+use crate::actor::inbox::{Inbox, Report};
+use crate::actor::message::{Msg, Reply};
+use crate::actor::quota::Quota;
+use crate::actor::shared::{Shared, SharedTable};
+use crate::actor::tally::{Publisher, Tally};
+use crate::actor::wheel::{Clock, Nanos, Wheel};
 use crate::config::{Config, Weigher};
-use crate::entry::{Entry, InFlight, Spares, State};
-use crate::inbox::{Inbox, Report};
-use crate::message::{Msg, Reply};
-use crate::quota::{Quota, TenantId};
-use crate::shared::{Shared, SharedTable};
-use crate::tally::{Publisher, Tally};
-use crate::trace::{self, warn_scope, ScopeFields};
-use crate::wheel::{Clock, Nanos, Wheel};
 use crate::DedupError;
+
+use room::take;
+use warn::{warn_run_end, BadEnd};
 
 pub(crate) struct Shard<V> {
     index: usize,
@@ -216,6 +221,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
                 fingerprint,
                 reply,
             } => self.on_begin(id, scope, fingerprint, reply),
+            Msg::Seed(seed) => self.on_seed(*seed),
             Msg::Lookup { id, reply } => {
                 let now = self.core.clock.now();
                 let info = match self.table.find_entry(id.hash(), |e| e.id == id) {
@@ -306,90 +312,6 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
         if t.in_flight == 0 && shared.shutting_down.load(Acquire) {
             shared.idle.notify_waiters();
         }
-    }
-}
-
-impl Core {
-    /// Takes this shard's removals since the last call out of the engine-wide entry count, in
-    /// one atomic update: a sweep that expires thousands of entries writes the shared line
-    /// once, not once per entry. Called before every reservation, before anyone is told that
-    /// an entry is gone (a leader's or waiter's answer for a run that stored nothing, a
-    /// forget's, a look-up's), and at the end of every turn. So the count is never too low, and
-    /// whoever hears that an entry is gone finds its room free on every shard (E7); only an
-    /// expiry nobody has asked about reaches other shards at the end of the sweeping turn.
-    fn flush_released(&mut self) {
-        if self.released > 0 {
-            self.shared.entries.fetch_sub(self.released, Relaxed);
-            self.released = 0;
-        }
-        // Stored and removed weights, netted into one update (E16).
-        if self.added_bytes != self.released_bytes {
-            let bytes = &self.shared.bytes;
-            if self.added_bytes > self.released_bytes {
-                bytes.fetch_add(self.added_bytes - self.released_bytes, Relaxed);
-            } else {
-                bytes.fetch_sub(self.released_bytes - self.added_bytes, Relaxed);
-            }
-        }
-        self.added_bytes = 0;
-        self.released_bytes = 0;
-    }
-}
-
-/// Takes a removed entry: counts it out of its tenant's use and its value's weight out of the
-/// byte budget (E16), and returns its state, keeping the box for reuse (see [`Spares`]).
-fn take<V>(
-    spares: &mut Spares<V>,
-    core: &mut Core,
-    weigher: &Option<Weigher<V>>,
-    e: Box<Entry<V>>,
-) -> State<V> {
-    let weight = match (weigher, &e.state) {
-        (Some(weigh), State::Done { result: Ok(v), .. }) => weigh(v),
-        _ => 0,
-    };
-    let tenant: TenantId = match &e.state {
-        State::InFlight(f) => core.quota.id(f.scope.as_bytes()),
-        State::Done { tenant, .. } => *tenant,
-    };
-    core.quota.remove(tenant, weight);
-    core.released_bytes += weight;
-    spares.keep(e)
-}
-
-/// How a run ended that an operator must hear of (E15).
-enum BadEnd<'a> {
-    /// It passed its in-flight lease (E6).
-    Lease,
-    /// Its action panicked, with this message (E4).
-    Panic(&'a str),
-}
-
-/// Warns of a run that ended badly, naming its scope as the engine's [`ScopeLogging`] allows.
-/// The scope is decoded only when the event is enabled.
-///
-/// [`ScopeLogging`]: crate::trace::ScopeLogging
-fn warn_run_end(cfg: &Config, scope: &Scope, why: BadEnd<'_>) {
-    if !trace::warn_enabled() {
-        return;
-    }
-    let fields = ScopeFields::new(scope, cfg.scope_logging);
-    match why {
-        BadEnd::Lease => warn_scope!(
-            "idem_dedup.lease_expired",
-            &*cfg.name,
-            &fields,
-            lease_ms = whole_millis(cfg.in_flight_timeout),
-            "a run passed its in-flight lease and was ended: its callers get UNAVAILABLE and \
-             nothing is stored"
-        ),
-        BadEnd::Panic(message) => warn_scope!(
-            "idem_dedup.panicked",
-            &*cfg.name,
-            &fields,
-            panic = message,
-            "the action panicked: its callers get INTERNAL and nothing is stored"
-        ),
     }
 }
 

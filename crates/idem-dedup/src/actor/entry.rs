@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use idem_core::{Fingerprint, Scope, Status};
 
-use crate::hash::ScopeId;
+use crate::actor::hash::ScopeId;
+use crate::actor::join::JoinCell;
+use crate::actor::quota::TenantId;
+use crate::actor::wheel::Nanos;
 use crate::info::{EntryInfo, EntryState};
-use crate::join::JoinCell;
-use crate::quota::TenantId;
-use crate::wheel::Nanos;
 
 /// One scope's record in a shard's map: in flight (with its join cell) or completed (with its result).
 ///
@@ -187,7 +187,7 @@ impl<V> Entry<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hash::ScopeHasher;
+    use crate::actor::hash::ScopeHasher;
 
     /// E7 (issue 17): what an entry's box costs, for a `u64` value and an `Arc<[u8]>` one alike.
     /// The in-flight part is unboxed only because it fits in the room a stored result takes

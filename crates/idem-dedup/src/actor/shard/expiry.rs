@@ -1,8 +1,8 @@
 //! The shard's timers: runs past their in-flight lease and stored results past their TTL leave
 //! the table in bounded sweeps, reading ahead the entries they are about to remove (E2, E6).
 
-use crate::entry::{Entry, State};
-use crate::wheel::{Kind, Nanos};
+use crate::actor::entry::{Entry, State};
+use crate::actor::wheel::{Kind, Nanos};
 use crate::DedupError;
 
 use super::{nanos, take, warn_run_end, BadEnd, Core, Shard, BATCH};

@@ -11,9 +11,9 @@ use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 use tokio::sync::Notify;
 
-use crate::entry::Entry;
-use crate::stats::{ShardCounters, Striped};
-use crate::wheel::Clock;
+use crate::actor::counters::{ShardCounters, Striped};
+use crate::actor::entry::Entry;
+use crate::actor::wheel::Clock;
 
 /// State shared by handles and shard actors; none of it is the map.
 pub(crate) struct Shared {
@@ -38,7 +38,8 @@ pub(crate) struct Shared {
 
 /// A shard's table, shared for reading. Only the shard actor writes it; it takes the write lock for
 /// one synchronous batch at a time (never across an `.await`), and callers take `try_read` to
-/// replay a stored result without sending a message (see `Engine::replay_fast`).
+/// replay a stored result, or find the join cell of a run in flight, without sending a message
+/// (see `Engine::read_path`, in `engine/read_path.rs`).
 ///
 /// The lock is sharded by reader thread (`crossbeam_utils::sync::ShardedLock`: one cache-padded
 /// lock per thread slot): a replay's read lock is an atomic update on a line its own worker

@@ -9,14 +9,14 @@ use hashbrown::hash_table::{Entry as Slot, VacantEntry};
 use idem_core::{Fingerprint, Scope};
 use tokio::sync::oneshot;
 
+use crate::actor::entry::{Entry, InFlight, Spares, State};
+use crate::actor::hash::ScopeId;
+use crate::actor::inbox::Report;
+use crate::actor::join::JoinCell;
+use crate::actor::message::{Reply, RunEnd};
+use crate::actor::quota::Refusal;
+use crate::actor::wheel::{Kind, Nanos};
 use crate::config::InFlightPolicy;
-use crate::entry::{Entry, InFlight, Spares, State};
-use crate::hash::ScopeId;
-use crate::inbox::Report;
-use crate::join::JoinCell;
-use crate::message::{Reply, RunEnd};
-use crate::quota::Refusal;
-use crate::wheel::{Kind, Nanos};
 use crate::{DedupError, Outcome, OutcomeKind};
 
 use super::{nanos, take, warn_run_end, BadEnd, Core, Shard};
@@ -269,22 +269,8 @@ impl Core {
         fingerprint: Fingerprint,
         reply: oneshot::Sender<Reply<V>>,
     ) -> Option<(Scope, oneshot::Sender<Reply<V>>, Refusal)> {
-        // Bounded memory (E7, E16): the tenant's share, the byte budget, then a slot in the
-        // engine-wide count, or refuse. Nothing is evicted to make room: evicting an unexpired
-        // result would let a duplicate run. This shard's own removals are counted out first, so
-        // it never refuses for want of room it has just freed.
-        if !self.quota.admits(scope.as_bytes()) {
-            return Some((scope, reply, Refusal::Tenant));
-        }
-        self.flush_released();
-        if self.cfg.max_bytes != usize::MAX && self.shared.bytes.load(Relaxed) >= self.cfg.max_bytes
-        {
-            return Some((scope, reply, Refusal::Full));
-        }
-        let prev = self.shared.entries.fetch_add(1, AcqRel);
-        if prev >= self.cfg.max_entries {
-            self.shared.entries.fetch_sub(1, Relaxed);
-            return Some((scope, reply, Refusal::Full));
+        if let Err(why) = self.reserve(scope.as_bytes()) {
+            return Some((scope, reply, why));
         }
         let token = self.next_token;
         self.next_token += 1;
@@ -319,6 +305,29 @@ impl Core {
         self.tally.executed += 1;
         self.tally.in_flight += 1;
         None
+    }
+
+    /// Takes room for a new entry of the scope encoded as `scope`, or says why there is none.
+    ///
+    /// Bounded memory (E7, E16): the tenant's share, the byte budget, then a slot in the
+    /// engine-wide count, or refuse. Nothing is evicted to make room: evicting an unexpired
+    /// result would let a duplicate run. This shard's own removals are counted out first, so
+    /// it never refuses for want of room it has just freed.
+    pub(super) fn reserve(&mut self, scope: &[u8]) -> Result<(), Refusal> {
+        if !self.quota.admits(scope) {
+            return Err(Refusal::Tenant);
+        }
+        self.flush_released();
+        if self.cfg.max_bytes != usize::MAX && self.shared.bytes.load(Relaxed) >= self.cfg.max_bytes
+        {
+            return Err(Refusal::Full);
+        }
+        let prev = self.shared.entries.fetch_add(1, AcqRel);
+        if prev >= self.cfg.max_entries {
+            self.shared.entries.fetch_sub(1, Relaxed);
+            return Err(Refusal::Full);
+        }
+        Ok(())
     }
 
     /// Refuses a new scope: the engine is full (E7, E16) or its tenant at its share (E16).

@@ -39,8 +39,8 @@
 use parking_lot::Mutex;
 use tokio::sync::{oneshot, Notify};
 
-use crate::message::RunEnd;
-use crate::wheel::Nanos;
+use crate::actor::message::RunEnd;
+use crate::actor::wheel::Nanos;
 
 /// One run's end: which run (`hash`, `token`) and how it ended.
 pub(crate) struct Report<V> {

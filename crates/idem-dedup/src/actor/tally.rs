@@ -4,8 +4,8 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+use crate::actor::counters::{ShardCounters, Striped};
 use crate::metrics as names;
-use crate::stats::{ShardCounters, Striped};
 
 /// Local tallies, published to the shared atomics once per drain.
 #[derive(Default)]

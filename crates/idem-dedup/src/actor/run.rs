@@ -11,9 +11,9 @@ use futures::future::{CatchUnwind, FutureExt};
 use idem_core::Status;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::inbox::{Inbox, Report};
-use crate::message::{Msg, RunEnd};
-use crate::wheel::Nanos;
+use crate::actor::inbox::{Inbox, Report};
+use crate::actor::message::{Msg, RunEnd};
+use crate::actor::wheel::Nanos;
 use std::sync::Arc;
 
 /// What a driven action yields: its result or a panic payload; `None` when its lease ran out.

@@ -3,9 +3,9 @@
 use idem_core::{Fingerprint, Scope, Status};
 use tokio::sync::oneshot;
 
-use crate::hash::ScopeId;
+use crate::actor::hash::ScopeId;
+use crate::actor::wheel::Nanos;
 use crate::info::EntryInfo;
-use crate::wheel::Nanos;
 use crate::{DedupError, Outcome};
 
 /// A request to a shard. Only the shard reads or writes its map; everything else sends one of these.
@@ -19,6 +19,10 @@ pub(crate) enum Msg<V> {
         fingerprint: Fingerprint,
         reply: oneshot::Sender<Reply<V>>,
     },
+    /// A result obtained elsewhere, to store as the scope's completed result if the shard holds
+    /// nothing for it (see `Engine::seed`). Boxed: it carries a value, which no other message
+    /// does, and the mailbox's slots stay the size of the others.
+    Seed(Box<Seed<V>>),
     /// Operator look-up (E13).
     Lookup {
         id: ScopeId,
@@ -33,7 +37,17 @@ pub(crate) enum Msg<V> {
     Stop,
 }
 
-/// A shard's answer to `Begin`.
+/// What [`Msg::Seed`] carries.
+pub(crate) struct Seed<V> {
+    pub(crate) id: ScopeId,
+    pub(crate) scope: Scope,
+    pub(crate) fingerprint: Fingerprint,
+    pub(crate) value: V,
+    /// Answered `Done`, never `Lead`: the shard stores the value itself.
+    pub(crate) reply: oneshot::Sender<Reply<V>>,
+}
+
+/// A shard's answer to `Begin` (and to `Seed`).
 pub(crate) enum Reply<V> {
     /// This caller leads: run the action and report its end with this token. The shard sweeps
     /// the run at `lease_deadline` (shard clock) if it has not ended by then (E6).

@@ -44,7 +44,28 @@ pub(crate) struct TierConfig {
     /// The local engine's TTL (set by `build`), to tell the shared record's expiry from the
     /// local copy's.
     pub(crate) local_ttl: Duration,
+    /// How often a holder renews its lease while the action runs (set by `build`); `None`: never.
+    pub(crate) renew_every: Option<Duration>,
+    /// The longest a run is renewed (set by `build`: the local in-flight timeout). Past it the
+    /// renewals stop and the claim lapses with its lease, also for a run the local engine does
+    /// not bound (one that bypassed a full local engine).
+    pub(crate) run_limit: Duration,
 }
+
+/// How a holder renews its lease (D8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Renewal {
+    /// Every third of the lease.
+    Default,
+    /// Every this long.
+    Every(Duration),
+    /// Never.
+    Off,
+}
+
+/// With renewals, a run is bounded by the local in-flight timeout alone: by default `max_wait`
+/// plus this, or plus `lease` + 5 s where that is longer.
+const RENEWED_RUN: Duration = Duration::from_secs(300);
 
 /// Builds a [`TieredEngine`].
 ///
@@ -52,7 +73,8 @@ pub(crate) struct TierConfig {
 ///
 /// | setting | default | |
 /// |---|---|---|
-/// | [`lease`](Self::lease) | 30 s: a claim lapses this long after it was taken unless completed | D1, D2 |
+/// | [`lease`](Self::lease) | 30 s: a claim lapses this long after it was taken or last renewed, unless completed | D1, D2, D8 |
+/// | [`renew_every`](Self::renew_every) | a third of the `lease`: the holder's keep-alive while its action runs ([`without_renewal`](Self::without_renewal) turns it off) | D8 |
 /// | [`ttl`](Self::ttl) | 24 h: results live this long in the tier, counted from completion | D1, E2 |
 /// | [`local_ttl`](Self::local_ttl) | the `ttl`: how long this instance keeps its copy | E2 |
 /// | [`max_wait`](Self::max_wait) | 30 s: longest wait for another instance's run | D2 |
@@ -60,7 +82,7 @@ pub(crate) struct TierConfig {
 /// | [`on_unavailable`](Self::on_unavailable) | [`OnUnavailable::FailClosed`] | D3 |
 /// | [`local_shards`](Self::local_shards) | available parallelism | E8 |
 /// | [`max_local_entries`](Self::max_local_entries) | 1,000,000 | E7 |
-/// | [`local_in_flight_timeout`](Self::local_in_flight_timeout) | `max_wait` + `lease` + 5 s | E6 |
+/// | [`local_in_flight_timeout`](Self::local_in_flight_timeout) | `max_wait` + 5 min, or `max_wait` + `lease` + 5 s where that is longer; without renewal always `max_wait` + `lease` + 5 s | E6, D8 |
 /// | [`codec`](Self::codec) | [`BytesCodec`] (`Vec<u8>`, `String`; `idem-tower` adds its stored responses) | D1 |
 /// | [`name`](Self::name) | `"default"`, for this engine's metrics and its local engine's | E9, E15 |
 /// | [`scope_logging`](Self::scope_logging) | [`ScopeLogging::Digest`] | E15 |
@@ -91,6 +113,7 @@ pub struct TieredBuilder<V, R, C> {
     local_shards: Option<usize>,
     max_local_entries: usize,
     local_in_flight_timeout: Option<Duration>,
+    renewal: Renewal,
     _v: PhantomData<fn() -> V>,
 }
 
@@ -110,11 +133,14 @@ impl<V, R: RemoteTier> TieredBuilder<V, R, BytesCodec> {
                 name: Arc::from(DEFAULT_NAME),
                 scope_logging: ScopeLogging::Digest,
                 local_ttl: Duration::from_secs(24 * 3600),
+                renew_every: None,
+                run_limit: Duration::ZERO,
             },
             local_ttl: None,
             local_shards: None,
             max_local_entries: 1_000_000,
             local_in_flight_timeout: None,
+            renewal: Renewal::Default,
             _v: PhantomData,
         }
     }
@@ -131,14 +157,20 @@ impl<V, R, C> TieredBuilder<V, R, C> {
             local_shards: self.local_shards,
             max_local_entries: self.max_local_entries,
             local_in_flight_timeout: self.local_in_flight_timeout,
+            renewal: self.renewal,
             _v: PhantomData,
         }
     }
 
-    /// How long a claim holds before another instance may take over. Make it longer than your
-    /// slowest action (give the action a timeout below it): once it lapses, another instance may
-    /// run the action again; a holder that completes after another claimed is fenced out (D1).
-    /// A holder that completes late while nobody else claimed is still recorded. Default: 30 s.
+    /// How long a claim holds, from its claim or its last renewal, before another instance may
+    /// take over (D1, D8). While the action runs, the holder renews it (see
+    /// [`renew_every`](Self::renew_every)), so the lease need not outlast the action: it is how
+    /// long a crashed or stalled holder blocks its intent, and the longest stall (a GC pause, a
+    /// stopped process, a tier out of reach) a holder survives without being taken over. Once it
+    /// lapses, another instance may run the action again; a holder that completes after another
+    /// claimed is fenced out. A holder that completes late while nobody else claimed is still
+    /// recorded. [Without renewal](Self::without_renewal), make it longer than your slowest
+    /// action (give the action a timeout below it). Default: 30 s.
     pub const fn lease(mut self, d: Duration) -> Self {
         self.cfg.lease = d;
         self
@@ -214,9 +246,36 @@ impl<V, R, C> TieredBuilder<V, R, C> {
     }
 
     /// The local engine's in-flight lease (E6), which bounds a whole local run: waiting for
-    /// another instance, then the action. Default: `max_wait` + `lease` + 5 s.
+    /// another instance, then the action. A run past it is cancelled, and its renewals stop with
+    /// it, so its claim lapses one lease later. With renewals this is the bound on how long a
+    /// hung action holds its intent. Default: `max_wait` + 5 min, or `max_wait` + `lease` + 5 s
+    /// where that is longer; [without renewal](Self::without_renewal) `max_wait` + `lease` + 5 s.
     pub const fn local_in_flight_timeout(mut self, d: Duration) -> Self {
         self.local_in_flight_timeout = Some(d);
+        self
+    }
+
+    /// How often a holder renews its claim's lease while the action runs (D8): a keep-alive on
+    /// the tier's clock, one round trip each, so the claim lasts as long as a live action (up to
+    /// [`local_in_flight_timeout`](Self::local_in_flight_timeout)) and lapses about one lease
+    /// after its holder died. A renewal is fenced like a completion: one that finds another run
+    /// holding the scope marks the action's [`Run`](idem_core::run::Run) lost
+    /// ([`is_lease_lost`](idem_core::run::Run::is_lease_lost)), with a warn event
+    /// (`idem_dedup.tier.lease_lost`) and a count ([`TierStats::lease_lost`](crate::tiered::TierStats::lease_lost));
+    /// the action goes on, and its completion will be fenced out. A renewal the tier fails is
+    /// counted and tried again at the next tick. At most one renewal is in flight, and each
+    /// starts at least this long after the one before, so a run costs at most `lease / d` + 1
+    /// round trips per lease. Must be shorter than the lease; leave room for a renewal or two
+    /// to fail before the lease runs out. Default: a third of the lease.
+    pub const fn renew_every(mut self, d: Duration) -> Self {
+        self.renewal = Renewal::Every(d);
+        self
+    }
+
+    /// No renewals: a claim lapses `lease` after it was taken, however long the action runs, and
+    /// another instance may then run it again. Make the lease longer than the slowest action.
+    pub const fn without_renewal(mut self) -> Self {
+        self.renewal = Renewal::Off;
         self
     }
 }
@@ -245,16 +304,28 @@ where
         if c.poll_first.is_zero() || c.poll_max < c.poll_first {
             return Err(ConfigError::Invalid("poll_interval needs 0 < first <= max"));
         }
+        let renew_every = match self.renewal {
+            Renewal::Default => Some((c.lease / 3).max(Duration::from_micros(1))),
+            Renewal::Every(d) if d.is_zero() || d >= c.lease => {
+                return Err(ConfigError::Invalid(
+                    "renew_every must be greater than zero and shorter than the lease",
+                ))
+            }
+            Renewal::Every(d) => Some(d),
+            Renewal::Off => None,
+        };
+        let unrenewed = c.max_wait + c.lease + Duration::from_secs(5);
+        let in_flight = self.local_in_flight_timeout.unwrap_or(match renew_every {
+            Some(_) => unrenewed.max(c.max_wait + RENEWED_RUN),
+            None => unrenewed,
+        });
         let mut local = Engine::builder()
             .without_run()
             .name(&*c.name)
             .scope_logging(c.scope_logging)
             .ttl(self.local_ttl.unwrap_or(c.ttl))
             .max_entries(self.max_local_entries)
-            .in_flight_timeout(
-                self.local_in_flight_timeout
-                    .unwrap_or(c.max_wait + c.lease + Duration::from_secs(5)),
-            );
+            .in_flight_timeout(in_flight);
         if let Some(n) = self.local_shards {
             local = local.shards(n);
         }
@@ -262,6 +333,8 @@ where
         let counters = Counters::new(&self.cfg.name);
         let mut cfg = self.cfg;
         cfg.local_ttl = self.local_ttl.unwrap_or(cfg.ttl);
+        cfg.renew_every = renew_every;
+        cfg.run_limit = in_flight;
         Ok(TieredEngine::from_parts(Inner {
             local,
             remote: self.remote,

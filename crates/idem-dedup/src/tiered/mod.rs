@@ -49,6 +49,10 @@
 //! #         self.0.lock().unwrap().insert(c.scope.clone(), Some(v));
 //! #         ready(Ok(Commit::Committed))
 //! #     }
+//! #     fn renew(&self, c: Claim<'_>, _: Duration) -> impl Future<Output = Result<Commit, Status>> + Send {
+//! #         let held = matches!(self.0.lock().unwrap().get(c.scope), Some(None));
+//! #         ready(Ok(if held { Commit::Committed } else { Commit::FencedOut }))
+//! #     }
 //! #     fn release(&self, c: Claim<'_>) -> impl Future<Output = Result<Commit, Status>> + Send {
 //! #         self.0.lock().unwrap().remove(c.scope);
 //! #         ready(Ok(Commit::Committed))
@@ -77,6 +81,7 @@
 //! ```
 
 mod builder;
+mod keep_alive;
 mod run;
 mod stats;
 

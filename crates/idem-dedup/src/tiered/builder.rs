@@ -97,7 +97,8 @@ const RENEWED_RUN: Duration = Duration::from_secs(300);
 ///
 /// // `tier`: a RedisTier (idem-redis), a PgTier (idem-postgres), or your own RemoteTier.
 /// let engine = TieredEngine::<Vec<u8>, _>::builder(tier)
-///     .lease(Duration::from_secs(10))
+///     .lease(Duration::from_secs(10)) // how long a crashed holder blocks its intent
+///     .renew_every(Duration::from_secs(2)) // the holder's keep-alive while its action runs
 ///     .ttl(Duration::from_secs(3600))
 ///     .max_wait(Duration::from_secs(5))
 ///     .on_unavailable(OnUnavailable::FailClosed)

@@ -351,3 +351,84 @@ async fn d8_renewals_per_lease_are_bounded() {
     );
     eprintln!("d8 (Redis): {renewals} renewals in {elapsed:?} with a {lease:?} lease");
 }
+
+/// The renew script on its own: it extends its own claim on Redis' clock, takes a lapsed claim
+/// again while nobody else claimed, and refuses once another claim exists or the scope is
+/// completed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d8_the_renew_script_is_fenced_like_a_completion() {
+    use idem_redis::{ClaimOutcome, Commit, OwnerId};
+    let redis = RedisServer::start().await;
+    let t = tier(&redis.url()).await;
+    let (a, b) = (OwnerId::random(), OwnerId::random());
+    let short = Duration::from_millis(100);
+    let minute = Duration::from_secs(60);
+    let claim_as = |s: idem_core::Scope, owner: OwnerId, lease: Duration| {
+        let t = t.clone();
+        async move {
+            match t.claim(&s, fp(1), lease, owner).await.unwrap() {
+                ClaimOutcome::Claimed { token, .. } => Some(token),
+                _ => None,
+            }
+        }
+    };
+    let left = |s: idem_core::Scope| {
+        let t = t.clone();
+        async move { t.lookup(&s).await.unwrap().and_then(|r| r.expires_in) }
+    };
+
+    // Renewed: the lease left jumps from 100 ms to about a minute.
+    let s = scope("d8-script", 1);
+    let token = claim_as(s.clone(), a, short).await.unwrap();
+    let claim = idem_dedup::remote::Claim {
+        scope: &s,
+        fingerprint: fp(1),
+        token,
+        owner: a,
+    };
+    assert_eq!(t.renew(claim, minute).await.unwrap(), Commit::Committed);
+    assert!(left(s.clone()).await.unwrap() > Duration::from_secs(50));
+
+    // Lapsed, nobody claimed: taken again, and the scope is held for others.
+    t.renew(claim, short).await.unwrap();
+    tokio::time::sleep(short * 3).await;
+    assert!(t.lookup(&s).await.unwrap().is_none(), "the lease lapsed");
+    assert_eq!(t.renew(claim, minute).await.unwrap(), Commit::Committed);
+    assert_eq!(
+        t.lookup(&s).await.unwrap().unwrap().state,
+        RecordState::InFlight { holder: token }
+    );
+    assert_eq!(
+        claim_as(s.clone(), b, minute).await,
+        None,
+        "held for others"
+    );
+
+    // Lapsed and claimed by another: fenced out, and the other claim is untouched.
+    let s2 = scope("d8-script", 2);
+    let old = claim_as(s2.clone(), a, short).await.unwrap();
+    tokio::time::sleep(short * 3).await;
+    let new = claim_as(s2.clone(), b, minute).await.unwrap();
+    let stale = idem_dedup::remote::Claim {
+        scope: &s2,
+        fingerprint: fp(1),
+        token: old,
+        owner: a,
+    };
+    assert_eq!(t.renew(stale, minute).await.unwrap(), Commit::FencedOut);
+    assert_eq!(
+        t.lookup(&s2).await.unwrap().unwrap().state,
+        RecordState::InFlight { holder: new }
+    );
+
+    // Completed: never renewed, its TTL untouched.
+    let ttl = Duration::from_secs(3600);
+    assert_eq!(
+        t.complete(claim, b"done".to_vec(), ttl).await.unwrap(),
+        Commit::Committed
+    );
+    assert_eq!(t.renew(claim, short).await.unwrap(), Commit::FencedOut);
+    let done = t.lookup(&s).await.unwrap().unwrap();
+    assert_eq!(done.state, RecordState::Completed);
+    assert!(done.expires_in.unwrap() > minute);
+}

@@ -48,7 +48,7 @@ impl StalledHolder {
             engine
                 .execute(&scope, fp, move |token| async move {
                     noted.store(token.get(), Ordering::SeqCst);
-                    tokio::task::block_in_place(|| std::thread::sleep(stall));
+                    stall_task(stall);
                     Ok::<_, Status>("from A".to_string())
                 })
                 .await
@@ -60,6 +60,14 @@ impl StalledHolder {
     pub fn token(&self) -> u64 {
         self.token.load(Ordering::SeqCst)
     }
+}
+
+/// Stops the calling task for `d`, whatever else it polls (its lease renewals): the thread
+/// sleeps inside `block_in_place`, which hands the runtime's other tasks to another thread.
+// The blocked thread is the point here: a GC pause or `SIGSTOP` of the holder, in one process.
+#[allow(clippy::disallowed_methods)]
+fn stall_task(d: Duration) {
+    tokio::task::block_in_place(|| std::thread::sleep(d));
 }
 
 /// What the instances that waited for the stalled holder's claim got, once its lease lapsed.

@@ -269,3 +269,57 @@ async fn d8_e6_a_renewed_run_is_bounded_by_the_local_in_flight_timeout_not_the_l
     let last = tier.renewals().last().unwrap().0 - t0;
     assert!(last <= secs(301.0), "renewed at {last:?}");
 }
+
+/// D6, D8: a call that bypassed a full local engine has no local in-flight limit to end it, but
+/// its renewals still stop at that limit, so a hung action's claim lapses a lease later.
+#[tokio::test(start_paused = true)]
+async fn d8_a_bypassing_run_stops_renewing_at_the_local_in_flight_timeout() {
+    let tier = MemTier::default();
+    let e = TieredEngine::<String, _>::builder(tier.clone())
+        .lease(LEASE)
+        .local_shards(1)
+        .max_local_entries(1)
+        .local_in_flight_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    // One call fills the local engine...
+    let (release, gate) = tokio::sync::oneshot::channel::<()>();
+    let first = {
+        let e = e.clone();
+        tokio::spawn(async move {
+            e.execute(
+                &scope("d8-fills-the-engine"),
+                fp("x"),
+                move |_| async move {
+                    let _ = gate.await;
+                    Ok::<_, Status>("first".to_string())
+                },
+            )
+            .await
+        })
+    };
+    common::eventually("the local engine full", || e.local_stats().in_flight == 1).await;
+    // ...so the next goes to the tier directly, and hangs.
+    let t0 = Instant::now();
+    let hung = {
+        let e = e.clone();
+        tokio::spawn(async move {
+            e.execute(&scope("d8-bypassing-call"), fp("x"), |_| async {
+                std::future::pending::<Result<String, Status>>().await
+            })
+            .await
+        })
+    };
+    common::eventually("the call bypassed", || e.stats().local_full == 1).await;
+    release.send(()).unwrap();
+    first.await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(!hung.is_finished(), "nothing ends a bypassing call");
+    let want: Vec<_> = (1..=9).map(|s| secs(f64::from(s))).collect();
+    assert_eq!(
+        starts(&tier, t0),
+        want,
+        "renewed until the 10 s limit, not after"
+    );
+    hung.abort();
+}

@@ -268,6 +268,37 @@ impl<V, R, C> TieredBuilder<V, R, C> {
     /// starts at least this long after the one before, so a run costs at most `lease / d` + 1
     /// round trips per lease. Must be shorter than the lease; leave room for a renewal or two
     /// to fail before the lease runs out. Default: a third of the lease.
+    ///
+    /// An action that must stop its side effects once another instance took over races them
+    /// against the loss:
+    ///
+    /// ```no_run
+    /// # async fn demo(tier: impl idem_dedup::remote::RemoteTier) -> Result<(), Box<dyn std::error::Error>> {
+    /// # async fn ship_parcels(_token: u64) -> Result<String, Status> { Ok(String::new()) }
+    /// use idem_core::run::Run;
+    /// use idem_core::{Code, Fingerprint, Scope, Status};
+    /// use idem_dedup::tiered::TieredEngine;
+    /// use std::time::Duration;
+    ///
+    /// let engine = TieredEngine::<String, _>::builder(tier)
+    ///     .lease(Duration::from_secs(6))
+    ///     .renew_every(Duration::from_secs(2))
+    ///     .build()?;
+    /// let scope = Scope::parse("tenant-1", "/shop/Ship", "order-0001")?;
+    /// let out = engine
+    ///     .execute(&scope, Fingerprint::of(b"order=1001"), |token| async move {
+    ///         let run = Run::current().expect("the action runs inside its run");
+    ///         tokio::select! {
+    ///             shipped = ship_parcels(token.get()) => shipped,
+    ///             () = run.lease_lost() => Err(Status::new(
+    ///                 Code::Aborted,
+    ///                 "another instance took this order over; stopped shipping",
+    ///             )),
+    ///         }
+    ///     })
+    ///     .await?;
+    /// # let _ = out; Ok(()) }
+    /// ```
     pub const fn renew_every(mut self, d: Duration) -> Self {
         self.renewal = Renewal::Every(d);
         self

@@ -43,16 +43,6 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// The codes a client retries (R2), never cacheable (E13): the retry would get the
-/// stored failure back. [`EngineBuilder::cache_failures`](crate::EngineBuilder::cache_failures)
-/// refuses them.
-const RETRYABLE: [Code; 4] = [
-    Code::Unavailable,
-    Code::ResourceExhausted,
-    Code::DeadlineExceeded,
-    Code::Aborted,
-];
-
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) shards: usize,
@@ -136,10 +126,9 @@ impl Config {
                 "cache_failures must not contain OK: it caches failures, and OK is not one",
             ));
         }
-        if RETRYABLE
-            .iter()
-            .any(|&code| c.cached_failures.contains(code))
-        {
+        // The codes a client retries are never cacheable: the retry would get the stored
+        // failure back.
+        if c.cached_failures.intersects(CodeSet::RETRYABLE) {
             return Err(ConfigError::Invalid(
                 "cache_failures must not contain a code that clients retry (UNAVAILABLE, \
                  RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED, ABORTED): the retry would get the \

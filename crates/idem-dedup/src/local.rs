@@ -54,6 +54,7 @@ const DEFAULT_TTL: Duration = Duration::from_secs(5 * 60);
 /// #     fn claim(&self, _: &Scope, _: Fingerprint, _: Duration, _: OwnerId) -> impl Future<Output = Result<ClaimOutcome, Status>> + Send { ready(Ok(ClaimOutcome::Claimed { token: FencingToken::new(1), reclaimed: false })) }
 /// #     fn complete(&self, _: Claim<'_>, _: Vec<u8>, _: Duration) -> impl Future<Output = Result<Commit, Status>> + Send { ready(Ok(Commit::Committed)) }
 /// #     fn release(&self, _: Claim<'_>) -> impl Future<Output = Result<Commit, Status>> + Send { ready(Ok(Commit::Committed)) }
+/// #     fn renew(&self, _: Claim<'_>, _: Duration) -> impl Future<Output = Result<Commit, Status>> + Send { ready(Ok(Commit::Committed)) }
 /// #     fn wait(&self, _: &Scope, _: FencingToken, _: Duration) -> impl Future<Output = Result<(), Status>> + Send { ready(Ok(())) }
 /// #     fn lookup(&self, _: &Scope) -> impl Future<Output = Result<Option<RemoteRecord>, Status>> + Send { ready(Ok(None)) }
 /// #     fn forget(&self, _: &Scope) -> impl Future<Output = Result<bool, Status>> + Send { ready(Ok(false)) }
@@ -129,6 +130,10 @@ impl LocalCache {
     pub const fn in_flight_timeout(mut self, timeout: Duration) -> Self {
         self.in_flight_timeout = Some(timeout);
         self
+    }
+    /// The local run's lease: the one set, else `longest_run`.
+    pub(crate) fn in_flight_for(&self, longest_run: Duration) -> Duration {
+        self.in_flight_timeout.unwrap_or(longest_run)
     }
 
     /// The copy's TTL under records that live `record_ttl`: the [`ttl`](Self::ttl) set, or 5

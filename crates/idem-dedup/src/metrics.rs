@@ -42,7 +42,7 @@
 //! | name | kind | labels | meaning |
 //! |---|---|---|---|
 //! | `idem_tier_calls_total` | counter | `engine`, `result` | what the claim loop did, by result (below) |
-//! | `idem_tier_round_trip_seconds` | histogram | `engine`, `op` | one call to the shared tier, by operation: `claim`, `complete`, `release`, `wait`, `lookup`, `forget` |
+//! | `idem_tier_round_trip_seconds` | histogram | `engine`, `op` | one call to the shared tier, by operation: `claim`, `complete`, `release`, `renew`, `wait`, `lookup`, `forget` |
 //!
 //! `result` is one of `executed` (claimed and ran here), `remote_replayed` (another instance's
 //! stored result), `remote_joined` (waited for another instance), `conflict`, `unavailable` (the
@@ -51,8 +51,10 @@
 //! still held the scope after `max_wait`), `failed` (the action failed; claim released),
 //! `unrecorded` (the action ran but its completion could not be written at once),
 //! `recorded_late` (written later by the background retry), `record_lost` (never written),
-//! `release_failed`, `reclaimed` (an orphaned claim of this engine taken back) and `local_full`
-//! (the local engine was full; the call went to the tier directly, D6). Calls served by the local
+//! `release_failed`, `reclaimed` (an orphaned claim of this engine taken back), `local_full`
+//! (the local engine was full; the call went to the tier directly, D6), and for the lease
+//! renewals of running actions (D8) `renewed`, `lease_lost` (a renewal found another run holding
+//! the scope) and `renew_failed` (the tier failed; tried again at the next tick). Calls served by the local
 //! engine alone (local joins and replays) never reach the tier; `idem_dedup_calls_total` counts
 //! them. A `wait` round trip lasts until the other instance's run ends or the wait's poll
 //! interval passes, so its figures are waits, not network latency.

@@ -15,9 +15,11 @@
 //! 1. [`claim`](RemoteTier::claim) atomically looks the scope up and, if nobody holds it, takes it
 //!    with a *lease* and a [`FencingToken`]. The answer is a [`ClaimOutcome`]: claimed, in flight
 //!    elsewhere, completed (with the stored value), or a conflict (same scope, other fingerprint).
-//! 2. The holder runs the action, passing the token to whatever store takes the side effect, then
-//!    [`complete`](RemoteTier::complete)s with the encoded value and the TTL, or
-//!    [`release`](RemoteTier::release)s after a failure so the next call runs again.
+//! 2. The holder runs the action, passing the token to whatever store takes the side effect, and
+//!    [`renew`](RemoteTier::renew)s the lease while it runs (the tiered engine does it every third
+//!    of the lease), so the claim lasts as long as a live action and lapses about one lease after
+//!    its holder died. Then it [`complete`](RemoteTier::complete)s with the encoded value and the
+//!    TTL, or [`release`](RemoteTier::release)s after a failure so the next call runs again.
 //! 3. An instance that met another's claim [`wait`](RemoteTier::wait)s for a change (a completion
 //!    notice, or the holder's lease lapsing), then claims again: it then gets the result, or, if the
 //!    holder died, the claim itself.
@@ -36,23 +38,31 @@
 //!
 //! # Fencing: what a token protects, and what it does not
 //!
-//! A lease can lapse while its holder still runs (a long GC pause, a stalled disk, `SIGSTOP`).
-//! Another instance then claims and gets a *higher* token; every claim of a scope gets a token
-//! greater than every earlier claim of that scope, and a tier must keep that true even when it
-//! loses its data (a Redis restart without persistence must not hand out token 1 twice).
+//! Renewals keep a live holder's claim, however long its action runs. A lease still lapses under
+//! a holder that exists but cannot renew: a stall longer than what is left of its lease (a long
+//! GC pause, a stalled disk, `SIGSTOP`), or a tier it cannot reach. Another instance then claims
+//! and gets a *higher* token; every claim of a scope gets a token greater than every earlier
+//! claim of that scope, and a tier must keep that true even when it loses its data (a Redis
+//! restart without persistence must not hand out token 1 twice).
 //!
-//! * **The tier's own record is protected.** Complete and release succeed only while no later
-//!   claim exists (the scope's fence still equals the caller's token), so a late holder never
-//!   overwrites the new holder's result ([`Commit::FencedOut`]). Nobody else claiming, a holder
-//!   whose lease merely ran out still completes: the result is stored and replayed.
+//! * **The tier's own record is protected.** Complete, release and renew succeed only while no
+//!   later claim exists (the scope's fence still equals the caller's token), so a late holder
+//!   never overwrites the new holder's result ([`Commit::FencedOut`]). Nobody else claiming, a
+//!   holder whose lease merely ran out still completes: the result is stored and replayed.
+//! * **The late holder learns it at its next renewal.** A renewal fenced out tells the holder
+//!   that another run took the scope over; the tiered engine then marks the action's
+//!   [`Run`](idem_core::run::Run) ([`is_lease_lost`](idem_core::run::Run::is_lease_lost),
+//!   [`lease_lost`](idem_core::run::Run::lease_lost)), so the action can stop its further side
+//!   effects. The action is not cancelled: what it already did cannot be undone by idem.
 //! * **A side-effect store that checks tokens protects itself only partly.** A store that keeps
 //!   the highest token it accepted per resource and refuses lower ones refuses the late holder's
 //!   write *when the new holder wrote first*. If the late holder writes first (it stalled just
 //!   past its lease, then wrote at once), the store accepts its lower token, then the new
 //!   holder's higher one: two side effects. Tokens order writers; they do not make a lapsed lease
 //!   safe.
-//! * **What does exclude a second side effect:** a lease longer than the action can ever run (give
-//!   the action its own timeout below the lease), or the record and the side effect in one
+//! * **What does exclude a second side effect:** a lease longer than the longest stall a holder
+//!   can survive (with renewals the lease no longer has to outlast the action; without them it
+//!   must: give the action its own timeout below it), or the record and the side effect in one
 //!   transaction (`idem-postgres`'s transactional mode), where the database itself refuses the
 //!   late holder.
 //!
@@ -64,7 +74,8 @@
 //! # Examples
 //!
 //! A complete, single-process implementation (a mutex-guarded map; it has no leases, so nothing
-//! ever lapses), and the claim loop a tiered engine drives with it:
+//! ever lapses and a renewal only checks the claim), and the claim loop a tiered engine drives
+//! with it:
 //!
 //! ```
 //! use idem_core::{Fingerprint, Scope, Status};
@@ -131,6 +142,19 @@
 //!         ready(Ok(out))
 //!     }
 //!
+//!     fn renew(&self, claim: Claim<'_>, _lease: Duration)
+//!         -> impl Future<Output = Result<Commit, Status>> + Send {
+//!         let guard = self.records.lock().unwrap();
+//!         let (records, fences) = &*guard;
+//!         let out = match records.get(claim.scope) {
+//!             // Still this claim's, in flight: a real tier extends the lease here.
+//!             Some(Record::Running { token, .. }) if *token == claim.token
+//!                 && fences.get(claim.scope) == Some(&token.get()) => Commit::Committed,
+//!             _ => Commit::FencedOut,
+//!         };
+//!         ready(Ok(out))
+//!     }
+//!
 //!     fn release(&self, claim: Claim<'_>) -> impl Future<Output = Result<Commit, Status>> + Send {
 //!         let mut guard = self.records.lock().unwrap();
 //!         let (records, fences) = &mut *guard;
@@ -184,12 +208,16 @@
 //! assert_eq!(tier.claim(&scope, Fingerprint::of(b"qty=2"), lease, b).await?, ClaimOutcome::Conflict);
 //!
 //! let claim = Claim { scope: &scope, fingerprint: fp, token, owner: a };
+//! // While the action runs, the holder keeps its lease.
+//! assert_eq!(tier.renew(claim, lease).await?, Commit::Committed);
 //! let ttl = Duration::from_secs(3600);
 //! assert_eq!(tier.complete(claim, b"order-1001".to_vec(), ttl).await?, Commit::Committed);
 //! assert_eq!(tier.claim(&scope, fp, lease, b).await?, ClaimOutcome::Completed(b"order-1001".to_vec()));
-//! // A completion retried after a lost reply is still committed; a release is refused.
+//! // A completion retried after a lost reply is still committed; a release or a renewal is
+//! // refused.
 //! assert_eq!(tier.complete(claim, b"order-1001".to_vec(), ttl).await?, Commit::Committed);
 //! assert_eq!(tier.release(claim).await?, Commit::FencedOut);
+//! assert_eq!(tier.renew(claim, lease).await?, Commit::FencedOut);
 //! # Ok(()) }
 //! ```
 
@@ -211,8 +239,9 @@ pub use waiters::{Waiters, Waiting};
 ///
 /// Implementations must make [`claim`](Self::claim) atomic (two concurrent claims of a free scope:
 /// exactly one gets [`ClaimOutcome::Claimed`]), keep tokens growing per scope even across a loss
-/// of data, and put a time limit on every call to the store, answering `UNAVAILABLE` when it
-/// passes. The futures must be `Send` so tiers can be used from multi-threaded runtimes.
+/// of data, measure leases on the store's own clock (a claim's and a renewal's, so instances'
+/// clocks never have to agree), and put a time limit on every call to the store, answering
+/// `UNAVAILABLE` when it passes. The futures must be `Send` so tiers can be used from multi-threaded runtimes.
 pub trait RemoteTier: Send + Sync + 'static {
     /// Looks `scope` up and claims it for `lease` if nobody holds it, or only an orphaned claim of
     /// `owner` does (see [`ClaimOutcome`]).
@@ -242,6 +271,26 @@ pub trait RemoteTier: Send + Sync + 'static {
         claim: Claim<'_>,
         value: Vec<u8>,
         ttl: Duration,
+    ) -> impl Future<Output = Result<Commit, Status>> + Send;
+
+    /// Extends the claim's lease to `lease` from now, on the tier's own clock, while the claim
+    /// still holds the scope: the keep-alive a holder sends while its action runs (D8).
+    ///
+    /// Fenced like [`complete`](Self::complete): [`Commit::Committed`] while the scope's record is
+    /// this claim's, still in flight; like a completion, a claim whose lease lapsed while nobody
+    /// else claimed the scope (its fence still equals the token) is taken again for `lease`, where
+    /// the tier can tell. [`Commit::FencedOut`] otherwise: a later claim took the scope, or it was
+    /// completed, released or forgotten. A renewal never changes a completed record.
+    ///
+    /// # Errors
+    ///
+    /// The store failed or did not answer in time; whether the lease was extended is unknown. The
+    /// lease then runs from the last renewal that succeeded (the tiered engine tries again at its
+    /// next tick).
+    fn renew(
+        &self,
+        claim: Claim<'_>,
+        lease: Duration,
     ) -> impl Future<Output = Result<Commit, Status>> + Send;
 
     /// Drops the claim if it still holds the scope (after a failed action, so the next call runs

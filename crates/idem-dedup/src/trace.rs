@@ -52,10 +52,14 @@
 //! | `idem_dedup.tier.unrecorded` | the action ran but its completion could not be written; retried in the background (D5) | `token`, `error` |
 //! | `idem_dedup.tier.record_lost` | that background retry gave up: other instances may run the request again (D5) | `token`, `fenced_out` |
 //! | `idem_dedup.tier.release_failed` | a failed run's claim could not be released; retried in the background | `token`, `error` |
+//! | `idem_dedup.tier.lease_lost` | a lease renewal found another run holding the scope: the run's `Run` is marked lost, its result will not be stored (D8) | `token`, `lease_ms` |
+//! | `idem_dedup.tier.renew_failed` | a lease renewal was refused by the tier for another reason than being unavailable (a schema without the renewal function, say); tried again at the next tick | `token`, `error` |
 //!
 //! A call that fails closed because the tier is down is a `DEBUG` event
 //! (`idem_dedup.tier.unavailable`): in an outage there is one per call, and the metric
-//! `idem_tier_calls_total{result="unavailable"}` is what to alert on.
+//! `idem_tier_calls_total{result="unavailable"}` is what to alert on. So is a renewal that fails
+//! because the tier is unavailable (`idem_dedup.tier.renew_failed` at `DEBUG`;
+//! `idem_tier_calls_total{result="renew_failed"}`).
 //!
 //! ```
 //! use idem_core::Scope;

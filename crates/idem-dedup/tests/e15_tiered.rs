@@ -243,3 +243,41 @@ async fn e15_tier_metrics_carry_the_engine_name_and_round_trip_times() {
         assert!(described.contains(name), "{name} is not described");
     }
 }
+
+/// D8, E15: a renewal that finds the claim taken over is a warn event with its token and the
+/// lease; a renewal the tier fails is only a debug event (in an outage there is one per running
+/// action and tick; the metric is what to alert on).
+#[tokio::test(start_paused = true)]
+async fn d8_e15_a_lost_lease_is_a_warn_event_and_a_failed_renewal_is_not() {
+    let (c, _guard) = capture();
+    let tier = MemTier::default();
+    let e = engine(&tier, "orders"); // a 2 s lease: renewed every 666 ms
+    let slow = |_| async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        Ok::<_, Status>("slow".to_owned())
+    };
+    tier.fail_renewals(true);
+    let s = scope("order-e15-renew-001");
+    let out = e.execute(&s, fp("x"), slow).await.unwrap();
+    assert!(out.is_recorded());
+    assert!(
+        c.events().iter().all(|e| e.level != Level::WARN),
+        "{:#?}",
+        c.events()
+    );
+    let failed = c.events_named("idem_dedup.tier.renew_failed");
+    assert_eq!(failed.len(), 1, "{failed:#?}");
+    assert_eq!(failed[0].level, Level::DEBUG);
+    assert!(failed[0].field("error").unwrap().contains("tier down"));
+
+    tier.fail_renewals(false);
+    tier.fence_renewals(true);
+    let lost = scope("order-e15-renew-002");
+    let _ = e.execute(&lost, fp("x"), slow).await.unwrap();
+    let w = one_warning(&c, "idem_dedup.tier.lease_lost", "orders", &lost);
+    assert_eq!(w.field("token"), Some("2"));
+    assert_eq!(w.field("lease_ms"), Some("2000"));
+    assert_eq!((e.stats().renew_failed, e.stats().lease_lost), (1, 1));
+    assert_no_raw_scope(&c, &s);
+    assert_no_raw_scope(&c, &lost);
+}

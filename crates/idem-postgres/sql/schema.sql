@@ -160,6 +160,28 @@ BEGIN
     RETURN 1;
 END $$;
 
+-- Renewal of a claim's lease (D8), by a holder whose action still runs: the in-flight row of
+-- token `p_token` gets `p_lease_ms` more from now, on the server's clock. 1 renewed, 0 fenced
+-- out: the row is completed, held by a later claim, or gone (released, forgotten, or swept after
+-- its lease lapsed). A lapsed row still holding the token is renewed: nobody claimed since (a
+-- claim writes its own token). A completed row is never touched. The remote tier's holders and
+-- any other lease holder of the schema use it alike.
+CREATE OR REPLACE FUNCTION __SCHEMA__.renew(
+    p_digest bytea, p_key bigint, p_token bigint, p_lease_ms bigint, p_lock_ms integer
+) RETURNS smallint
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('lock_timeout', p_lock_ms::text, true);
+    PERFORM pg_advisory_xact_lock(p_key);
+    UPDATE __SCHEMA__.records x
+       SET expires_at = clock_timestamp() + p_lease_ms * interval '1 millisecond'
+     WHERE x.digest = p_digest AND x.token = p_token AND x.state = 1;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    RETURN 1;
+END $$;
+
 -- Transactional claim (D4 b), run inside the caller's transaction: waits up to `p_wait_ms` for
 -- the scope's lock (another transaction of the same scope commits or rolls back), then reads
 -- the record with a fresh snapshot. Outcomes: 0 claimed (token; the lock is held until this

@@ -79,6 +79,7 @@ pub(crate) struct Sql {
     pub(crate) claim: String,
     pub(crate) complete: String,
     pub(crate) release: String,
+    pub(crate) renew: String,
     pub(crate) forget: String,
     pub(crate) lookup: String,
     pub(crate) held_by: String,
@@ -99,6 +100,7 @@ impl Sql {
             claim: format!("SELECT outcome, token, lease_left_ms, result FROM {s}.claim($1, $2, $3, $4, $5, $6)"),
             complete: format!("SELECT {s}.complete($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
             release: format!("SELECT {s}.release($1, $2, $3, $4, $5)"),
+            renew: format!("SELECT {s}.renew($1, $2, $3, $4, $5)"),
             forget: format!(
                 "WITH gone AS (DELETE FROM {s}.records WHERE digest = $1 \
                  RETURNING awaited, {live} AS live), \

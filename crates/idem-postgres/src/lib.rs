@@ -88,10 +88,10 @@
 //!
 //! Each tier call is one statement (a function of the schema): claim with a lease and a token
 //! (`INSERT ... ON CONFLICT (digest) DO UPDATE` when the row is free, expired, lapsed or this
-//! owner's orphan), complete and release guarded by the token, waits woken by `LISTEN/NOTIFY`
-//! with bounded polling as the fallback. See the `idem_dedup::remote` docs for what a fencing
+//! owner's orphan), complete, release and the holder's lease renewals guarded by the token,
+//! waits woken by `LISTEN/NOTIFY` with bounded polling as the fallback. See the `idem_dedup::remote` docs for what a fencing
 //! token protects and what it does not: a side effect outside the database can still happen
-//! twice when a lease lapses under a live holder — the reason for the transactional mode.
+//! twice when a lease lapses under a holder that stalled — the reason for the transactional mode.
 //!
 //! ## The schema
 //!
@@ -118,8 +118,9 @@
 //!
 //! | event | transactional mode | remote-tier mode |
 //! |---|---|---|
-//! | process crash, `kill -9`, deploy | the open transaction rolls back: its side effects and its claim vanish together; the next call runs once | the claim stays until its lease lapses, then one waiter runs; completed records stay |
-//! | holder stalled (GC pause, `SIGSTOP`) | the server ends a transaction idle past the `lease`; the stalled holder's COMMIT fails | after the lease another instance claims with a higher token; the late completion is fenced out (the side effect may happen twice) |
+//! | process crash, `kill -9`, deploy | the open transaction rolls back: its side effects and its claim vanish together; the next call runs once | the holder's lease renewals stop: its claim lapses about one lease later, then one waiter runs; completed records stay |
+//! | action of many leases | no lease while the transaction works | the holder renews its lease while the action runs (the schema's `renew`): it runs once, other instances wait |
+//! | holder stalled (GC pause, `SIGSTOP`) | the server ends a transaction idle past the `lease`; the stalled holder's COMMIT fails | after the lease another instance claims with a higher token; the woken holder's next renewal finds its lease lost and its late completion is fenced out (the side effect may happen twice) |
 //! | PostgreSQL restart or crash | committed = durable (with the default `fsync` and `synchronous_commit`); open transactions roll back | committed records and claims stay; in-flight completions are retried while the claim is ours |
 //! | failover to a replica | record and side effect are in one database: both or neither survive; without synchronous replication the last commits may be lost (both together) | records committed but not replicated may be lost; then a retry runs again; tokens could repeat (the sequence may lag) |
 //! | record past its TTL | deleted by the sweeper; the same key then runs again | the same |
@@ -138,6 +139,7 @@
 //! | TTL of records | 24 h from completion | [`PgEngineBuilder::ttl`], [`TieredBuilder::ttl`] |
 //! | wait for another run of the scope | 30 s | [`PgEngineBuilder::max_wait`], [`TieredBuilder::max_wait`] |
 //! | lease | 30 s (transactional: longest idle transaction) | [`PgEngineBuilder::lease`], [`TieredBuilder::lease`] |
+//! | lease renewal (remote tier) | every third of the lease while the action runs | [`TieredBuilder::renew_every`] |
 //! | local copy (both modes) | 5 min (at most the TTL) | [`PgEngineBuilder::local`], [`TieredBuilder::local`] ([`LocalCache`]) |
 //!
 //! Pools: both modes take your `sqlx::PgPool`. [`PgTier`] keeps one of its connections for

@@ -3,7 +3,7 @@
 //!
 //! | name | type | labels | what |
 //! |---|---|---|---|
-//! | `idem_postgres_queries_total` | counter | `op` | statements sent (`claim`, `complete`, `release`, `wait`, `lookup`, `forget`, `begin`, `tx_claim`, `tx_finish` (the record and COMMIT), `rollback`, `sweep`) |
+//! | `idem_postgres_queries_total` | counter | `op` | statements sent (`claim`, `complete`, `release`, `renew`, `wait`, `lookup`, `forget`, `begin`, `tx_claim`, `tx_finish` (the record and COMMIT), `rollback`, `sweep`) |
 //! | `idem_postgres_query_failures_total` | counter | `op` | statements that failed or passed their time limit |
 //! | `idem_postgres_swept_total` | counter | | expired rows deleted by the sweeper |
 

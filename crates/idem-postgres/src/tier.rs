@@ -26,7 +26,8 @@ use crate::sweeper;
 /// Each call is one statement, a function of the schema ([`SCHEMA_SQL`](crate::SCHEMA_SQL)):
 /// `claim` looks the scope up and claims it with a lease and a token from the schema's
 /// sequence, or answers completed (with the value), in flight elsewhere, or conflict;
-/// `complete` and `release` succeed only while no later claim wrote the row; `wait` listens for
+/// `complete`, `release` and `renew` (the holder's keep-alive, which extends the lease on the
+/// server's clock) succeed only while no later claim wrote the row; `wait` listens for
 /// the holder's `NOTIFY`, with the tiered engine's polling as a fallback. Every statement has a
 /// time limit ([`PgTierBuilder::query_timeout`]): past it, or on any failure, the call answers
 /// `UNAVAILABLE` / `UPSTREAM_UNAVAILABLE`, and the tiered engine fails closed.
@@ -276,6 +277,23 @@ impl RemoteTier for PgTier {
             commit::COMMITTED => Ok(Commit::Committed),
             commit::FENCED_OUT => Ok(Commit::FencedOut),
             _ => Err(protocol("release")),
+        }
+    }
+
+    async fn renew(&self, claim: Claim<'_>, lease: Duration) -> Result<Commit, Status> {
+        let db = self.db();
+        let d = ScopeDigest::of(claim.scope);
+        let q = sqlx::query_scalar::<_, i16>(&db.sql.renew)
+            .bind(d.0)
+            .bind(d.lock_key())
+            .bind(i64::try_from(claim.token.get()).unwrap_or(i64::MAX))
+            .bind(ms(lease))
+            .bind(ms_i32(self.inner.lock_wait))
+            .fetch_one(&db.pool);
+        match db.query("renew", q).await.map_err(|f| db.status(f))? {
+            1 => Ok(Commit::Committed),
+            0 => Ok(Commit::FencedOut),
+            _ => Err(protocol("renew")),
         }
     }
 

@@ -49,12 +49,18 @@
 //!    mark it as awaited and return the holder's token and remaining lease; if it is held by
 //!    *this* instance (a claim whose reply was lost), take it back at once with a new token; if
 //!    the fingerprint differs, it is a conflict: `FAILED_PRECONDITION` (K4).
-//! 2. **complete** — the holder stores the encoded value with the TTL *if no later claim exists*
+//! 2. **renew** — while the action runs, the holder extends its lease every third of it (one
+//!    script, `PEXPIRE` on Redis' clock, *if no later claim exists*; a record that lapsed while
+//!    nobody claimed is taken again). So a live action keeps its claim however long it runs, and
+//!    a crashed holder's claim lapses about one lease after its last renewal. A renewal that finds
+//!    another claim tells the holder it lost the scope: its `Run` says so
+//!    (`idem_core::run::Run::is_lease_lost`), and its completion will be fenced out (D8).
+//! 3. **complete** — the holder stores the encoded value with the TTL *if no later claim exists*
 //!    (the scope's fence still equals its token, even if its lease ran out), and publishes on the
 //!    scope's channel if someone waits. After a failed action it **releases** instead (same
 //!    check), so the next call runs again (E3). A completion or release that fails is retried
 //!    in the background while the claim is still this run's, and counted.
-//! 3. **wait** — an instance that met another's claim waits on pub/sub for the completion notice,
+//! 4. **wait** — an instance that met another's claim waits on pub/sub for the completion notice,
 //!    with a bounded polling fallback through the [`idem_retry::Scheduler`] (never a busy
 //!    loop), then claims again. It gets the value; or, if the holder's lease lapsed (the holder
 //!    crashed), exactly one waiter gets the claim and runs the action (D2). A caller stops
@@ -63,21 +69,24 @@
 //!
 //! ## Fencing: what it prevents, and what it does not
 //!
-//! A lease can lapse while its holder still runs (a GC pause, a stalled disk, a partition).
-//! Another instance then claims the scope and gets a larger [`FencingToken`]. Then:
+//! Renewals keep a live holder's lease, but it can still lapse while the holder exists and cannot
+//! renew: a stall longer than what is left of its lease (a GC pause, a stalled disk, `SIGSTOP`),
+//! or a partition from Redis. Another instance then claims the scope and gets a larger
+//! [`FencingToken`]. Then:
 //!
 //! * **The record is protected.** The late holder's completion finds the scope's fence moved past
 //!   its token: nothing is written, the new holder's result stands, and the late holder's caller
-//!   gets `ABORTED` / `FENCED_OUT`. A holder whose lease merely ran out while *nobody* claimed
-//!   still completes: its result is stored and replayed.
+//!   gets `ABORTED` / `FENCED_OUT`; its next renewal, sooner, already told its action
+//!   (`Run::is_lease_lost`). A holder whose lease merely ran out while *nobody* claimed still
+//!   renews and completes: its result is stored and replayed.
 //! * **The side effect is protected only partly.** The action receives its token; a store that
 //!   remembers the highest token it accepted and refuses lower ones refuses the late holder's
 //!   write *when the new holder wrote first*. A late holder that writes first (it stalled just
 //!   past its lease, then wrote at once) is accepted, and so is the new holder after it: two side
 //!   effects. Tokens order writers; they do not make a lapsed lease safe.
-//! * **What does exclude a second run:** a lease longer than the action can ever run (give the
-//!   action its own timeout below the lease), or a tier that keeps the record and the side effect
-//!   in one transaction.
+//! * **What does exclude a second run:** a lease longer than the longest stall a holder can
+//!   survive (renewals spare it from outlasting the action), or a tier that keeps the record and
+//!   the side effect in one transaction.
 //!
 //! ### The token scheme
 //!
@@ -115,7 +124,8 @@
 //!   retryable `UNAVAILABLE` before the action), and counts a completion as recorded only once
 //!   `n` replicas confirmed it; if they do not in time, the caller's outcome is marked not
 //!   recorded and the completion is retried. `WAIT` narrows the window but does not make
-//!   replication synchronous.
+//!   replication synchronous. Renewals are not waited for: a failover that loses one leaves the
+//!   lease running from the renewal before it (two thirds of a lease, at the default interval).
 //! * **Failover is survived.** Scripts are sent by hash and, when a node does not know them (a
 //!   fresh or promoted node keeps no script cache), in full. A cluster client can stall after a
 //!   failover (every call times out although a fresh client would connect at once); the tier's
@@ -178,7 +188,8 @@
 //! | polling fallback of waits | 10 ms doubling to 250 ms | [`TieredBuilder::poll_interval`] |
 //! | Redis down | fail closed (`UNAVAILABLE`) | [`TieredBuilder::on_unavailable`] |
 //! | local shards, entries | available parallelism, 1,000,000 | [`LocalCache::shards`], [`LocalCache::max_entries`] |
-//! | local in-flight lease | `max_wait` + `lease` + 5 s | [`LocalCache::in_flight_timeout`] |
+//! | lease renewal while the action runs | every third of the lease | [`TieredBuilder::renew_every`], [`TieredBuilder::without_renewal`] |
+//! | local in-flight lease (bounds a renewed run) | `max_wait` + 5 min, or `max_wait` + `lease` + 5 s if longer | [`LocalCache::in_flight_timeout`] |
 //! | codec | [`BytesCodec`] | [`TieredBuilder::codec`] |
 //!
 //! ## Observability

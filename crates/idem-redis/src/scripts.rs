@@ -1,4 +1,5 @@
-//! The Lua scripts (claim, complete, release, forget) and how their replies are read (D1, D5).
+//! The Lua scripts (claim, complete, release, renew, forget) and how their replies are read (D1,
+//! D5, D8).
 //!
 //! Each runs atomically on the Redis node that owns the scope's slot; every key it touches carries
 //! the scope's hash tag, so it is a single-slot script on Redis Cluster too.
@@ -70,6 +71,28 @@ if r[3] then redis.call('PUBLISH', ARGV[2], 'released') end
 return 1
 "#;
 
+/// `KEYS`: record, fence. `ARGV`: token, lease ms, fingerprint, owner, fence ttl ms. Replies 1
+/// renewed, 0 fenced out (completed, or held by a later claim).
+///
+/// Extends the record's lease while the claim holds it, on Redis' clock. A record that is gone
+/// (its lease lapsed, or it was forgotten) is taken again, as a completion would write it, while
+/// the fence still equals the token (nobody claimed since) or is gone too (Redis lost the
+/// scope's data; the fence is put back, so later tokens stay higher).
+const RENEW: &str = r#"
+local r = redis.call('HMGET', KEYS[1], 'st', 'tok')
+if r[1] then
+  if r[1] ~= 'run' or r[2] ~= ARGV[1] then return 0 end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+local f = redis.call('GET', KEYS[2])
+if f and f ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'st', 'run', 'fp', ARGV[3], 'tok', ARGV[1], 'own', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if not f then redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[5]) end
+return 1
+"#;
+
 /// `KEYS`: record. `ARGV`: channel. Removes the record (the fence stays, so later tokens stay
 /// higher) and wakes waiters. Replies 1 if there was one.
 const FORGET: &str = r#"
@@ -85,6 +108,7 @@ pub(crate) struct Scripts {
     pub(crate) claim: Lua,
     pub(crate) complete: Lua,
     pub(crate) release: Lua,
+    pub(crate) renew: Lua,
     pub(crate) forget: Lua,
 }
 
@@ -94,6 +118,7 @@ impl Scripts {
             claim: Lua::new(CLAIM),
             complete: Lua::new(COMPLETE),
             release: Lua::new(RELEASE),
+            renew: Lua::new(RENEW),
             forget: Lua::new(FORGET),
         }
     }

@@ -102,6 +102,7 @@ impl RedisTier {
             &scripts.claim,
             &scripts.complete,
             &scripts.release,
+            &scripts.renew,
             &scripts.forget,
         ] {
             conn.preload(s, command_timeout).await;
@@ -172,6 +173,12 @@ fn ms(d: Duration) -> u64 {
     idem_core::whole_millis(d).max(1)
 }
 
+/// How long a scope's fence counter lives: past any record of the scope (a lease, then a TTL at
+/// most); refreshed by every claim (see the crate docs on fencing).
+fn fence_ttl(lease: Duration) -> Duration {
+    lease * 2 + Duration::from_secs(24 * 3600)
+}
+
 impl RemoteTier for RedisTier {
     async fn claim(
         &self,
@@ -181,13 +188,10 @@ impl RemoteTier for RedisTier {
         owner: OwnerId,
     ) -> Result<ClaimOutcome, Status> {
         let k = self.keys(scope);
-        // The fence counter outlives any record of the scope: a lease, then a TTL at most. It is
-        // refreshed by every claim (see the crate docs on fencing).
-        let fence_ttl = lease * 2 + Duration::from_secs(24 * 3600);
         let (fp, lease_ms, fence_ms, owner_id) = (
             fingerprint.to_string(),
             ms(lease).to_string(),
-            ms(fence_ttl).to_string(),
+            ms(fence_ttl(lease)).to_string(),
             owner.to_string(),
         );
         let keys = [k.record.as_str(), k.fence.as_str()];
@@ -317,6 +321,37 @@ impl RemoteTier for RedisTier {
             Value::Int(1) => Ok(Commit::Committed),
             Value::Int(0) => Ok(Commit::FencedOut),
             _ => Err(protocol("release script")),
+        }
+    }
+
+    /// One script, without `WAIT` even with `wait_replicas`: a renewal a failover loses leaves
+    /// the lease running from the renewal before it.
+    async fn renew(&self, claim: Claim<'_>, lease: Duration) -> Result<Commit, Status> {
+        let k = self.keys(claim.scope);
+        let (token, lease_ms, fp, owner, fence_ms) = (
+            claim.token.get().to_string(),
+            ms(lease).to_string(),
+            claim.fingerprint.to_string(),
+            claim.owner.to_string(),
+            ms(fence_ttl(lease)).to_string(),
+        );
+        let v = self
+            .eval(
+                &self.inner.scripts.renew,
+                &[&k.record, &k.fence],
+                &[
+                    token.as_bytes(),
+                    lease_ms.as_bytes(),
+                    fp.as_bytes(),
+                    owner.as_bytes(),
+                    fence_ms.as_bytes(),
+                ],
+            )
+            .await?;
+        match v {
+            Value::Int(1) => Ok(Commit::Committed),
+            Value::Int(0) => Ok(Commit::FencedOut),
+            _ => Err(protocol("renew script")),
         }
     }
 

@@ -2,6 +2,10 @@
 //! another instance claims with a higher token and completes, and the stalled holder's late
 //! completion is refused.
 //!
+//! A stall here is what a GC pause or a stopped process does to the holder: its whole task
+//! stops, the lease renewals that run beside the action included. An action that merely awaits
+//! something for long is a live run, whose renewals keep its claim.
+//!
 //! A test sets the race up with its own tier, lease and timing checks; these helpers are the
 //! parts that are the same for every tier: the stalled holder, the waiters that take over, and
 //! what everyone sees after.
@@ -16,7 +20,7 @@ use idem_dedup::tiered::TieredEngine;
 use idem_dedup::{DedupError, Outcome, Source};
 use tokio::task::JoinHandle;
 
-/// A holder that claimed a scope and sleeps in its action: spawned by [`StalledHolder::spawn`].
+/// A holder that claimed a scope and stalls in its action: spawned by [`StalledHolder::spawn`].
 #[derive(Debug)]
 pub struct StalledHolder {
     token: Arc<AtomicU64>,
@@ -24,8 +28,14 @@ pub struct StalledHolder {
 }
 
 impl StalledHolder {
-    /// Spawns a call of `engine` for `scope` whose action notes its claim's token, sleeps for
-    /// `stall` (set it past the lease), then returns `"from A"`.
+    /// Spawns a call of `engine` for `scope` whose action notes its claim's token, stalls its
+    /// task for `stall` (set it past the lease: the thread sleeps inside
+    /// [`block_in_place`](tokio::task::block_in_place), so the task's lease renewals stop too,
+    /// while the runtime's other tasks go on), then returns `"from A"`.
+    ///
+    /// # Panics
+    ///
+    /// The action panics on a current-thread runtime: the test needs a multi-threaded one.
     pub fn spawn<R: RemoteTier>(
         engine: &TieredEngine<String, R>,
         scope: &Scope,
@@ -38,7 +48,7 @@ impl StalledHolder {
             engine
                 .execute(&scope, fp, move |token| async move {
                     noted.store(token.get(), Ordering::SeqCst);
-                    tokio::time::sleep(stall).await;
+                    stall_task(stall);
                     Ok::<_, Status>("from A".to_string())
                 })
                 .await
@@ -50,6 +60,14 @@ impl StalledHolder {
     pub fn token(&self) -> u64 {
         self.token.load(Ordering::SeqCst)
     }
+}
+
+/// Stops the calling task for `d`, whatever else it polls (its lease renewals): the thread
+/// sleeps inside `block_in_place`, which hands the runtime's other tasks to another thread.
+// The blocked thread is the point here: a GC pause or `SIGSTOP` of the holder, in one process.
+#[allow(clippy::disallowed_methods)]
+fn stall_task(d: Duration) {
+    tokio::task::block_in_place(|| std::thread::sleep(d));
 }
 
 /// What the instances that waited for the stalled holder's claim got, once its lease lapsed.

@@ -20,6 +20,7 @@
 //! | [`postgres`] | [`PgCluster`](postgres::PgCluster): `initdb` + `pg_ctl` in a temp dir, stopped on drop | idem-postgres' tests that stop or restart the server |
 //! | [`fencing`] | a holder stalled past its lease, the instances that take over, and what everyone sees after | the shared tiers' fencing tests |
 //! | [`intents`] | the scope and fingerprint of numbered intents | the shared tiers' tests |
+//! | [`signal`] | `SIGSTOP` and `SIGCONT` for a worker process | the shared tiers' lease-renewal tests |
 //! | [`time`] | `ms(n)`, the wall clock in milliseconds, waiting until a condition holds | tests that count time |
 //! | [`free_port`] | a free loopback port | the servers above |
 
@@ -28,6 +29,7 @@ pub mod fencing;
 pub mod intents;
 pub mod postgres;
 pub mod redis;
+pub mod signal;
 pub mod time;
 
 /// A loopback port that was free a moment ago (the OS picked it for a listener that is closed

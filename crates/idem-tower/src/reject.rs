@@ -154,7 +154,7 @@ pub(crate) fn too_large(limit: usize) -> (Status, Option<StatusCode>) {
             Code::InvalidArgument,
             format!("the request body is over the limit of {limit} bytes; it was refused unread"),
         )
-        .with_reason(idem_core::Reason::new("REQUEST_TOO_LARGE")),
+        .with_reason(idem_core::Reason::REQUEST_TOO_LARGE),
         Some(StatusCode::PAYLOAD_TOO_LARGE),
     )
 }

@@ -8,8 +8,9 @@ use idem_core::{Fingerprint, Scope};
 
 use super::{FencingToken, OwnerId};
 
-/// A claim held by its maker: what [`complete`](crate::remote::RemoteTier::complete) and
-/// [`release`](crate::remote::RemoteTier::release) present to the tier.
+/// A claim held by its maker: what [`complete`](crate::remote::RemoteTier::complete),
+/// [`release`](crate::remote::RemoteTier::release) and [`renew`](crate::remote::RemoteTier::renew)
+/// present to the tier.
 #[derive(Debug, Clone, Copy)]
 pub struct Claim<'a> {
     /// The scope claimed.
@@ -48,13 +49,14 @@ pub enum ClaimOutcome {
     Conflict,
 }
 
-/// Whether a complete or release still held the claim.
+/// Whether a complete, release or renew still held the claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Commit {
-    /// The token held the claim; the record was written (complete) or removed (release).
+    /// The token held the claim; the record was written (complete), removed (release) or its
+    /// lease extended (renew).
     Committed,
     /// A later claim exists (the scope's fence moved past the token), or the scope is already
-    /// completed: nothing was written.
+    /// completed (for a renewal: or no longer held by this claim at all): nothing was written.
     FencedOut,
 }
 

@@ -46,7 +46,28 @@ pub(crate) struct TierConfig {
     /// The local engine's TTL (set by `build`), to tell the shared record's expiry from the
     /// local copy's.
     pub(crate) local_ttl: Duration,
+    /// How often a holder renews its lease while the action runs (set by `build`); `None`: never.
+    pub(crate) renew_every: Option<Duration>,
+    /// The longest a run is renewed (set by `build`: the local in-flight timeout). Past it the
+    /// renewals stop and the claim lapses with its lease, also for a run the local engine does
+    /// not bound (one that bypassed a full local engine).
+    pub(crate) run_limit: Duration,
 }
+
+/// How a holder renews its lease (D8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Renewal {
+    /// Every third of the lease.
+    Default,
+    /// Every this long.
+    Every(Duration),
+    /// Never.
+    Off,
+}
+
+/// With renewals, a run is bounded by the local in-flight timeout alone: by default `max_wait`
+/// plus this, or plus `lease` + 5 s where that is longer.
+const RENEWED_RUN: Duration = Duration::from_secs(300);
 
 /// Builds a [`TieredEngine`].
 ///
@@ -54,12 +75,13 @@ pub(crate) struct TierConfig {
 ///
 /// | setting | default | |
 /// |---|---|---|
-/// | [`lease`](Self::lease) | 30 s: a claim lapses this long after it was taken unless completed | D1, D2 |
+/// | [`lease`](Self::lease) | 30 s: a claim lapses this long after it was taken or last renewed, unless completed | D1, D2, D8 |
+/// | [`renew_every`](Self::renew_every) | a third of the `lease`: the holder's keep-alive while its action runs ([`without_renewal`](Self::without_renewal) turns it off) | D8 |
 /// | [`ttl`](Self::ttl) | 24 h: results live this long in the tier, counted from completion | D1, E2 |
 /// | [`max_wait`](Self::max_wait) | 30 s: longest wait for another instance's run | D2 |
 /// | [`poll_interval`](Self::poll_interval) | 10 ms doubling to 250 ms: the polling fallback of waits | D2 |
 /// | [`on_unavailable`](Self::on_unavailable) | [`OnUnavailable::FailClosed`] | D3 |
-/// | [`local`](Self::local) | [`LocalCache`]'s defaults: copies kept 5 min (at most the `ttl`), 1,000,000 entries, available parallelism; a local run's lease `max_wait` + `lease` + 5 s | D6 |
+/// | [`local`](Self::local) | [`LocalCache`]'s defaults: copies kept 5 min (at most the `ttl`), 1,000,000 entries, available parallelism; a local run's lease (which bounds a renewed run) `max_wait` + 5 min, or `max_wait` + `lease` + 5 s where that is longer; without renewal always `max_wait` + `lease` + 5 s | D6, E6, D8 |
 /// | [`codec`](Self::codec) | [`BytesCodec`] (`Vec<u8>`, `String`; `idem-tower` adds its stored responses) | D1 |
 /// | [`name`](Self::name) | `"default"`, for this engine's metrics and its local engine's | E9, E15 |
 /// | [`scope_logging`](Self::scope_logging) | [`ScopeLogging::Digest`] | E15 |
@@ -74,7 +96,8 @@ pub(crate) struct TierConfig {
 ///
 /// // `tier`: a RedisTier (idem-redis), a PgTier (idem-postgres), or your own RemoteTier.
 /// let engine = TieredEngine::<Vec<u8>, _>::builder(tier)
-///     .lease(Duration::from_secs(10))
+///     .lease(Duration::from_secs(10)) // how long a crashed holder blocks its intent
+///     .renew_every(Duration::from_secs(2)) // the holder's keep-alive while its action runs
 ///     .ttl(Duration::from_secs(3600))
 ///     .max_wait(Duration::from_secs(5))
 ///     .on_unavailable(OnUnavailable::FailClosed)
@@ -88,6 +111,7 @@ pub struct TieredBuilder<V, R, C> {
     codec: C,
     cfg: TierConfig,
     local: LocalCache,
+    renewal: Renewal,
     _v: PhantomData<fn() -> V>,
 }
 
@@ -107,8 +131,11 @@ impl<V, R: RemoteTier> TieredBuilder<V, R, BytesCodec> {
                 name: Arc::from(DEFAULT_NAME),
                 scope_logging: ScopeLogging::Digest,
                 local_ttl: Duration::from_secs(24 * 3600),
+                renew_every: None,
+                run_limit: Duration::ZERO,
             },
             local: LocalCache::new(),
+            renewal: Renewal::Default,
             _v: PhantomData,
         }
     }
@@ -122,14 +149,20 @@ impl<V, R, C> TieredBuilder<V, R, C> {
             codec,
             cfg: self.cfg,
             local: self.local,
+            renewal: self.renewal,
             _v: PhantomData,
         }
     }
 
-    /// How long a claim holds before another instance may take over. Make it longer than your
-    /// slowest action (give the action a timeout below it): once it lapses, another instance may
-    /// run the action again; a holder that completes after another claimed is fenced out (D1).
-    /// A holder that completes late while nobody else claimed is still recorded. Default: 30 s.
+    /// How long a claim holds, from its claim or its last renewal, before another instance may
+    /// take over (D1, D8). While the action runs, the holder renews it (see
+    /// [`renew_every`](Self::renew_every)), so the lease need not outlast the action: it is how
+    /// long a crashed or stalled holder blocks its intent, and the longest stall (a GC pause, a
+    /// stopped process, a tier out of reach) a holder survives without being taken over. Once it
+    /// lapses, another instance may run the action again; a holder that completes after another
+    /// claimed is fenced out. A holder that completes late while nobody else claimed is still
+    /// recorded. [Without renewal](Self::without_renewal), make it longer than your slowest
+    /// action (give the action a timeout below it). Default: 30 s.
     pub const fn lease(mut self, d: Duration) -> Self {
         self.cfg.lease = d;
         self
@@ -190,6 +223,61 @@ impl<V, R, C> TieredBuilder<V, R, C> {
         self.cfg.scope_logging = logging;
         self
     }
+
+    /// How often a holder renews its claim's lease while the action runs (D8): a keep-alive on
+    /// the tier's clock, one round trip each, so the claim lasts as long as a live action (up to
+    /// the local run's lease ([`LocalCache::in_flight_timeout`])) and lapses about one lease
+    /// after its holder died. A renewal is fenced like a completion: one that finds another run
+    /// holding the scope marks the action's [`Run`](idem_core::run::Run) lost
+    /// ([`is_lease_lost`](idem_core::run::Run::is_lease_lost)), with a warn event
+    /// (`idem_dedup.tier.lease_lost`) and a count ([`TierStats::lease_lost`](crate::tiered::TierStats::lease_lost));
+    /// the action goes on, and its completion will be fenced out. A renewal the tier fails is
+    /// counted and tried again at the next tick. At most one renewal is in flight, and each
+    /// starts at least this long after the one before, so a run costs at most `lease / d` + 1
+    /// round trips per lease. Must be shorter than the lease; leave room for a renewal or two
+    /// to fail before the lease runs out. Default: a third of the lease.
+    ///
+    /// An action that must stop its side effects once another instance took over races them
+    /// against the loss:
+    ///
+    /// ```no_run
+    /// # async fn demo(tier: impl idem_dedup::remote::RemoteTier) -> Result<(), Box<dyn std::error::Error>> {
+    /// # async fn ship_parcels(_token: u64) -> Result<String, Status> { Ok(String::new()) }
+    /// use idem_core::run::Run;
+    /// use idem_core::{Code, Fingerprint, Scope, Status};
+    /// use idem_dedup::tiered::TieredEngine;
+    /// use std::time::Duration;
+    ///
+    /// let engine = TieredEngine::<String, _>::builder(tier)
+    ///     .lease(Duration::from_secs(6))
+    ///     .renew_every(Duration::from_secs(2))
+    ///     .build()?;
+    /// let scope = Scope::parse("tenant-1", "/shop/Ship", "order-0001")?;
+    /// let out = engine
+    ///     .execute(&scope, Fingerprint::of(b"order=1001"), |token| async move {
+    ///         let run = Run::current().expect("the action runs inside its run");
+    ///         tokio::select! {
+    ///             shipped = ship_parcels(token.get()) => shipped,
+    ///             () = run.lease_lost() => Err(Status::new(
+    ///                 Code::Aborted,
+    ///                 "another instance took this order over; stopped shipping",
+    ///             )),
+    ///         }
+    ///     })
+    ///     .await?;
+    /// # let _ = out; Ok(()) }
+    /// ```
+    pub const fn renew_every(mut self, d: Duration) -> Self {
+        self.renewal = Renewal::Every(d);
+        self
+    }
+
+    /// No renewals: a claim lapses `lease` after it was taken, however long the action runs, and
+    /// another instance may then run it again. Make the lease longer than the slowest action.
+    pub const fn without_renewal(mut self) -> Self {
+        self.renewal = Renewal::Off;
+        self
+    }
 }
 
 impl<V, R, C> TieredBuilder<V, R, C>
@@ -216,8 +304,24 @@ where
         if c.poll_first.is_zero() || c.poll_max < c.poll_first {
             return Err(ConfigError::Invalid("poll_interval needs 0 < first <= max"));
         }
-        // A local run: the wait for another instance's run, then the action under its lease.
-        let longest_run = c.max_wait + c.lease + Duration::from_secs(5);
+        let renew_every = match self.renewal {
+            Renewal::Default => Some((c.lease / 3).max(Duration::from_micros(1))),
+            Renewal::Every(d) if d.is_zero() || d >= c.lease => {
+                return Err(ConfigError::Invalid(
+                    "renew_every must be greater than zero and shorter than the lease",
+                ))
+            }
+            Renewal::Every(d) => Some(d),
+            Renewal::Off => None,
+        };
+        // A local run: the wait for another instance's run, then the action under its lease;
+        // a renewed action may outlive many leases, so it gets a bound of its own.
+        let unrenewed = c.max_wait + c.lease + Duration::from_secs(5);
+        let longest_run = match renew_every {
+            Some(_) => unrenewed.max(c.max_wait + RENEWED_RUN),
+            None => unrenewed,
+        };
+        let in_flight = self.local.in_flight_for(longest_run);
         let local = self
             .local
             .engine_builder(c.ttl, longest_run)
@@ -227,6 +331,8 @@ where
         let counters = Counters::new(&self.cfg.name);
         let mut cfg = self.cfg;
         cfg.local_ttl = self.local.ttl_for(cfg.ttl);
+        cfg.renew_every = renew_every;
+        cfg.run_limit = in_flight;
         Ok(TieredEngine::from_parts(Inner {
             local,
             remote: self.remote,

@@ -1,4 +1,4 @@
-//! [`TieredEngine`]: the local engine in front, a [`RemoteTier`] behind it (D1–D6).
+//! [`TieredEngine`]: the local engine in front, a [`RemoteTier`] behind it (D1–D6, D8).
 //!
 //! One engine deduplicates the callers of one process. Behind a load balancer a client's retry
 //! can land on another instance; a tiered engine puts a shared record (Redis in `idem-redis`,
@@ -10,6 +10,19 @@
 //!   [`FencingToken`]), runs the action with the token, and completes (or releases after a
 //!   failure). A holder that completes after another claimed is fenced out (`ABORTED` /
 //!   `FENCED_OUT`) and never overwrites the new holder's result.
+//! - **Leases renewed while the action runs.** The holder renews its lease every third of it
+//!   ([`TieredBuilder::renew_every`]), in the action's own task, on the tier's clock. Why: a
+//!   lease that must outlast the slowest action makes users choose between a slow takeover after
+//!   a crash and a second run of a slow but live action. Renewed, a short lease gives both: a
+//!   live action keeps its claim however long it runs (up to
+//!   [`LocalCache::in_flight_timeout`](crate::LocalCache::in_flight_timeout)), and a holder that
+//!   crashed or stalled loses it about one lease after its last renewal. A renewal is fenced like
+//!   a completion: one that finds another run holding the scope marks the action's
+//!   [`Run`](idem_core::run::Run) lost ([`is_lease_lost`](idem_core::run::Run::is_lease_lost),
+//!   [`lease_lost`](idem_core::run::Run::lease_lost)), so it can stop its further side effects;
+//!   the action is not cancelled, and its completion is fenced out. A renewal the tier fails is
+//!   tried again at the next tick. It costs at most `lease / renew_every` + 1 round trips per
+//!   lease, none for an action shorter than the interval.
 //! - **Cross-instance joins.** An instance that meets another's claim waits for the tier's notice
 //!   (bounded polling as a fallback, never a busy loop), then gets the result, or — if the holder
 //!   died — the claim, after its lease.
@@ -49,6 +62,10 @@
 //! #         self.0.lock().unwrap().insert(c.scope.clone(), Some(v));
 //! #         ready(Ok(Commit::Committed))
 //! #     }
+//! #     fn renew(&self, c: Claim<'_>, _: Duration) -> impl Future<Output = Result<Commit, Status>> + Send {
+//! #         let held = matches!(self.0.lock().unwrap().get(c.scope), Some(None));
+//! #         ready(Ok(if held { Commit::Committed } else { Commit::FencedOut }))
+//! #     }
 //! #     fn release(&self, c: Claim<'_>) -> impl Future<Output = Result<Commit, Status>> + Send {
 //! #         self.0.lock().unwrap().remove(c.scope);
 //! #         ready(Ok(Commit::Committed))
@@ -78,6 +95,7 @@
 
 mod builder;
 mod call;
+mod keep_alive;
 mod repair;
 mod run;
 mod stats;
@@ -140,7 +158,7 @@ pub(crate) struct Inner<V, R, C> {
 /// |---|---|---|
 /// | `UNAVAILABLE` | `UPSTREAM_UNAVAILABLE` | the tier failed or passed its time limit (fail-closed); nothing ran |
 /// | `FAILED_PRECONDITION` | `IDEMPOTENCY_CONFLICT` | another instance holds or stored the scope with another fingerprint |
-/// | `ABORTED` | `FENCED_OUT` | the action ran, its lease lapsed and another run claimed the scope; this result was not stored |
+/// | `ABORTED` | `FENCED_OUT` | the action ran, its lease lapsed unrenewed (a stall, the tier out of reach) and another run claimed the scope; this result was not stored |
 /// | `UNAVAILABLE` | `REQUEST_IN_FLIGHT` | another instance still held the scope after `max_wait` (retry-after hint) |
 ///
 /// # Cancellation safety

@@ -14,12 +14,13 @@ use crate::remote::{Claim, Commit, FencingToken, OwnerId, RemoteTier};
 use crate::trace::{self, warn_scope, ScopeFields};
 
 /// Releases a claim after a failure; if the tier fails, counts it, logs it and retries in the
-/// background until the lease ends (after which the claim lapses by itself, and this engine
-/// would take it back at its next claim anyway).
+/// background until the lease ends, one lease after `held_since` (the claim or its last
+/// renewal; after that the claim lapses by itself, and this engine would take it back at its
+/// next claim anyway).
 pub(super) async fn release<V, R, C>(
     inner: &Arc<Inner<V, R, C>>,
     claim: Claim<'_>,
-    claimed_at: Instant,
+    held_since: Instant,
 ) where
     V: Clone + Send + Sync + 'static,
     R: RemoteTier,
@@ -49,7 +50,7 @@ pub(super) async fn release<V, R, C>(
         claim.token,
         claim.owner,
     );
-    let until = claimed_at + inner.cfg.lease;
+    let until = held_since + inner.cfg.lease;
     tokio::spawn(async move {
         let claim = Claim {
             scope: &scope,

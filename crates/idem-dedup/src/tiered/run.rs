@@ -12,6 +12,7 @@ use idem_core::{whole_millis, Code, Fingerprint, Reason, Scope, Status};
 use tokio::time::Instant;
 
 use super::builder::OnUnavailable;
+use super::keep_alive;
 use super::repair::{release, spawn_complete_retry};
 use super::stats::{Event, Op};
 use super::{Inner, Stored, Via};
@@ -168,7 +169,8 @@ where
     }
 }
 
-/// Runs the action under a claim, then completes (or releases after a failure or panic).
+/// Runs the action under a claim, renewing its lease meanwhile, then completes (or releases
+/// after a failure or panic).
 async fn run_claimed<V, R, C, F, Fut>(
     inner: &Arc<Inner<V, R, C>>,
     claim: Claim<'_>,
@@ -184,10 +186,17 @@ where
 {
     let token = claim.token;
     let claimed_at = Instant::now();
+    let mut held_since = claimed_at;
     // K7: the action runs as the current run, with this claim's token.
     let run = IntentRun::new(claim.scope, Some(token.get()), start);
     let result = match std::panic::catch_unwind(AssertUnwindSafe(|| action(token))) {
-        Ok(fut) => AssertUnwindSafe(run.attach(fut)).catch_unwind().await,
+        Ok(fut) => {
+            // D8: the lease is renewed while the action runs, in this task.
+            let work = AssertUnwindSafe(run.clone().attach(fut)).catch_unwind();
+            let (result, since) = keep_alive::renewing(inner, claim, &run, claimed_at, work).await;
+            held_since = since;
+            result
+        }
         Err(panic) => Err(panic),
     };
     let result = match result {
@@ -195,7 +204,7 @@ where
         Err(panic) => {
             // Let the next call run again at once rather than after the lease; then report the
             // panic as the engine does (E4).
-            release(inner, claim, claimed_at).await;
+            release(inner, claim, held_since).await;
             inner.counters.bump(Event::Failed);
             std::panic::resume_unwind(panic)
         }
@@ -203,7 +212,7 @@ where
     let value = match result {
         Ok(value) => value,
         Err(status) => {
-            release(inner, claim, claimed_at).await;
+            release(inner, claim, held_since).await;
             inner.counters.bump(Event::Failed);
             return Err(status);
         }
@@ -211,7 +220,7 @@ where
     let bytes = match inner.codec.encode(&value) {
         Ok(bytes) => bytes,
         Err(status) => {
-            release(inner, claim, claimed_at).await;
+            release(inner, claim, held_since).await;
             inner.counters.bump(Event::Failed);
             return Err(status);
         }
@@ -238,8 +247,8 @@ where
                     &f,
                     token = token.get(),
                     lease_ms = whole_millis(cfg.lease),
-                    "fenced out: the action outlived its lease and another run claimed the \
-                     scope; this run's result was not stored"
+                    "fenced out: the claim's lease lapsed and another run claimed the scope; \
+                     this run's result was not stored"
                 );
             }
             Err(fenced_out(inner.cfg.lease, token))
@@ -285,8 +294,8 @@ pub(crate) fn fenced_out(lease: Duration, token: FencingToken) -> Status {
     Status::new(
         Code::Aborted,
         format!(
-            "the action took longer than its lease ({} ms) and another run took the request \
-             over (fencing token {token} is stale); this run's result was not stored",
+            "this run lost its claim: its lease ({} ms) lapsed before it was renewed and \
+             another run took the request over (fencing token {token} is stale); this run's result was not stored",
             lease.as_millis()
         ),
     )

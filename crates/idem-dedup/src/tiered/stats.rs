@@ -48,6 +48,14 @@ pub struct TierStats {
     pub reclaimed: u64,
     /// Calls that went to the shared tier directly because the local engine was full (D6).
     pub local_full: u64,
+    /// Renewals of a running action's lease that held (D8).
+    pub renewed: u64,
+    /// Renewals that found another run holding the scope: the run's lease was lost, its `Run`
+    /// says so, and its result will not be stored (D8).
+    pub lease_lost: u64,
+    /// Renewals the tier failed or did not answer in time (tried again at the next tick; the
+    /// lease runs from the last renewal that held).
+    pub renew_failed: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -67,10 +75,13 @@ pub(crate) enum Event {
     ReleaseFailed,
     Reclaimed,
     LocalFull,
+    Renewed,
+    LeaseLost,
+    RenewFailed,
 }
 
 impl Event {
-    const ALL: usize = 15;
+    const ALL: usize = 18;
 
     /// Every event, in slot order.
     const EVERY: [Event; Event::ALL] = [
@@ -89,6 +100,9 @@ impl Event {
         Event::ReleaseFailed,
         Event::Reclaimed,
         Event::LocalFull,
+        Event::Renewed,
+        Event::LeaseLost,
+        Event::RenewFailed,
     ];
 
     pub(crate) fn label(self) -> &'static str {
@@ -108,6 +122,9 @@ impl Event {
             Event::ReleaseFailed => "release_failed",
             Event::Reclaimed => "reclaimed",
             Event::LocalFull => "local_full",
+            Event::Renewed => "renewed",
+            Event::LeaseLost => "lease_lost",
+            Event::RenewFailed => "renew_failed",
         }
     }
 }
@@ -121,16 +138,18 @@ pub(crate) enum Op {
     Wait,
     Lookup,
     Forget,
+    Renew,
 }
 
 impl Op {
-    const ALL: [Op; 6] = [
+    const ALL: [Op; 7] = [
         Op::Claim,
         Op::Complete,
         Op::Release,
         Op::Wait,
         Op::Lookup,
         Op::Forget,
+        Op::Renew,
     ];
 
     pub(crate) fn label(self) -> &'static str {
@@ -141,6 +160,7 @@ impl Op {
             Op::Wait => "wait",
             Op::Lookup => "lookup",
             Op::Forget => "forget",
+            Op::Renew => "renew",
         }
     }
 }
@@ -150,7 +170,7 @@ impl Op {
 pub(crate) struct Counters {
     counts: [AtomicU64; Event::ALL],
     calls: [metrics::Counter; Event::ALL],
-    round_trip: [metrics::Histogram; 6],
+    round_trip: [metrics::Histogram; Op::ALL.len()],
 }
 
 impl Counters {
@@ -199,6 +219,9 @@ impl Counters {
             release_failed: g(Event::ReleaseFailed),
             reclaimed: g(Event::Reclaimed),
             local_full: g(Event::LocalFull),
+            renewed: g(Event::Renewed),
+            lease_lost: g(Event::LeaseLost),
+            renew_failed: g(Event::RenewFailed),
         }
     }
 }
@@ -221,5 +244,6 @@ mod tests {
         assert_eq!(labels.len(), Event::ALL);
         let s = c.snapshot();
         assert_eq!(s.executed + s.local_full + s.reclaimed + s.record_lost, 4);
+        assert_eq!((s.renewed, s.lease_lost, s.renew_failed), (1, 1, 1));
     }
 }

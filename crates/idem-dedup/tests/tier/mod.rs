@@ -1,6 +1,7 @@
 //! An in-memory shared tier for tiered-engine tests, with switches for the faults a real one has:
-//! claims that fail, completions that fail or find a later claim, and a round trip that takes
-//! time (on tokio's clock, so a paused clock makes it exact).
+//! claims that fail, completions or renewals that fail or find a later claim, and a round trip
+//! that takes time (on tokio's clock, so a paused clock makes it exact). It notes when each
+//! renewal started and ended.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -13,6 +14,7 @@ use idem_core::{Code, Fingerprint, Scope, Status};
 use idem_dedup::remote::{
     Claim, ClaimOutcome, Commit, FencingToken, OwnerId, RecordState, RemoteRecord, RemoteTier,
 };
+use tokio::time::Instant;
 
 #[derive(Clone)]
 enum Record {
@@ -33,6 +35,9 @@ struct State {
     fail_claims: AtomicBool,
     fail_completes: AtomicBool,
     fence_completes: AtomicBool,
+    fail_renewals: AtomicBool,
+    fence_renewals: AtomicBool,
+    renewals: Mutex<Vec<(Instant, Instant)>>,
     round_trip: Mutex<Duration>,
 }
 
@@ -62,6 +67,18 @@ impl MemTier {
     /// Completions answer `FencedOut` while set.
     pub(crate) fn fence_completes(&self, on: bool) {
         self.0.fence_completes.store(on, SeqCst);
+    }
+    /// Renewals fail with `UNAVAILABLE` while set.
+    pub(crate) fn fail_renewals(&self, on: bool) {
+        self.0.fail_renewals.store(on, SeqCst);
+    }
+    /// Renewals answer `FencedOut` while set.
+    pub(crate) fn fence_renewals(&self, on: bool) {
+        self.0.fence_renewals.store(on, SeqCst);
+    }
+    /// When each renewal started and when it answered (tokio's clock), in order.
+    pub(crate) fn renewals(&self) -> Vec<(Instant, Instant)> {
+        self.0.renewals.lock().unwrap().clone()
     }
     /// Every call takes this long (tokio's clock).
     pub(crate) fn round_trip(&self, d: Duration) {
@@ -139,6 +156,35 @@ impl RemoteTier for MemTier {
             let mut guard = state.records.lock().unwrap();
             guard.0.insert(scope, Record::Done { fp, value });
             Ok(Commit::Committed)
+        }
+    }
+
+    fn renew(
+        &self,
+        claim: Claim<'_>,
+        _lease: Duration,
+    ) -> impl Future<Output = Result<Commit, Status>> + Send {
+        let (state, delay) = (self.0.clone(), self.delay());
+        let (scope, token) = (claim.scope.clone(), claim.token);
+        async move {
+            let started = Instant::now();
+            delay.await;
+            state
+                .renewals
+                .lock()
+                .unwrap()
+                .push((started, Instant::now()));
+            if state.fail_renewals.load(SeqCst) {
+                return Err(down());
+            }
+            if state.fence_renewals.load(SeqCst) {
+                return Ok(Commit::FencedOut);
+            }
+            let guard = state.records.lock().unwrap();
+            Ok(match guard.0.get(&scope) {
+                Some(Record::Running { token: t, .. }) if *t == token => Commit::Committed,
+                _ => Commit::FencedOut,
+            })
         }
     }
 

@@ -17,6 +17,7 @@ mod d4_transactional;
 mod d4_two_processes;
 mod d4_unreachable;
 mod d6_local;
+mod d8_renewal;
 mod e15_help;
 mod k7_run;
 mod t5_layer;

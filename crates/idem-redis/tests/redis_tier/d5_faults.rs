@@ -209,7 +209,14 @@ async fn d5_lease_shorter_than_action_is_still_recorded() {
     let _heavy = crate::one_heavy_test_at_a_time().await;
     let redis = RedisServer::start().await;
     let lease = Duration::from_millis(300);
-    let a = engine_with_lease(tier(&redis.url()).await, lease);
+    // Without renewal, as before leases were renewed: the holder's lease really lapses.
+    let a = TieredEngine::<String>::builder(tier(&redis.url()).await)
+        .lease(lease)
+        .without_renewal()
+        .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
+        .local(LocalCache::new().shards(2))
+        .build()
+        .expect("engine");
     let b = engine_with_lease(tier(&redis.url()).await, lease);
     let runs = Arc::new(AtomicU32::new(0));
     let s = scope("d5-b5", 1);

@@ -13,6 +13,7 @@ mod d5_connect;
 mod d5_failover;
 mod d5_faults;
 mod d5_options;
+mod d8_renewal;
 mod e15_help;
 
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -98,5 +98,5 @@ fn missing_tenant(source: &TenantSource) -> Status {
         )
         .into(),
     };
-    Status::new(Code::Unauthenticated, message).with_reason(Reason::new("MISSING_TENANT"))
+    Status::new(Code::Unauthenticated, message).with_reason(Reason::MISSING_TENANT)
 }

@@ -99,14 +99,9 @@ where
         job.request.extensions_mut().insert(context);
         run_once(job)
     };
-    let result = match deadline {
-        Some(d) => {
-            engine
-                .execute_with_deadline(&scope, fingerprint, d, action)
-                .await
-        }
-        None => engine.execute(&scope, fingerprint, action).await,
-    };
+    let result = engine
+        .execute_until(&scope, fingerprint, deadline, action)
+        .await;
     let streamed = large_rx.try_recv().ok();
     Ok(respond(protocol, scope, result, streamed))
 }

@@ -1,4 +1,4 @@
-//! [`RedisTierBuilder`]: connecting to Redis or Redis Cluster, with every default listed.
+//! [`RedisTierBuilder`]: the settings of a Redis tier, with every default listed, and their checks.
 
 use std::time::Duration;
 
@@ -7,7 +7,7 @@ use redis::aio::ConnectionManagerConfig;
 use crate::error::ConnectError;
 use crate::persistence::Persistence;
 
-/// Connects a [`RedisTier`].
+/// Connects a [`RedisTier`](crate::RedisTier).
 ///
 /// # Default
 ///

@@ -48,6 +48,8 @@ const LEASE: Duration = Duration::from_secs(1);
 
 const REDIS_TEST: &str =
     "z5_redis_kill_9_between_the_downstream_calls_and_the_order_deducts_and_orders_once";
+const PAYMENT_TEST: &str =
+    "z5_redis_with_a_payment_step_through_reqwest_kill_9_charges_and_deducts_once_per_intent";
 const PG_TEST: &str =
     "z5_postgres_kill_9_between_the_downstream_calls_and_the_order_deducts_and_orders_once";
 
@@ -81,18 +83,26 @@ fn table(rows: &[Row]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "| tier                       | fault                              | downstream keys | intents | stock calls | deductions | orders | charges | callers ok |"
+        "| tier                       | fault                                    | downstream keys | intents | stock calls | deductions | orders | charges | callers ok |"
     );
     let _ = writeln!(
         out,
-        "|----------------------------|------------------------------------|-----------------|--------:|------------:|-----------:|-------:|--------:|-----------:|"
+        "|----------------------------|------------------------------------------|-----------------|--------:|------------:|-----------:|-------:|--------:|-----------:|"
     );
     for r in rows {
         let _ = writeln!(
             out,
-            "| {:<26} | {:<34} | {:<15} | {:>7} | {:>11} | {:>10} | {:>6} | {:>7} | {:>10} |",
+            "| {:<26} | {:<40} | {:<15} | {:>7} | {:>11} | {:>10} | {:>6} | {:>7} | {:>10} |",
             r.tier,
-            format!("kill -9 of instance A in {} intents", r.faulted),
+            format!(
+                "kill -9 after {} ({} intents)",
+                if r.charges.is_some() {
+                    "stock + charge"
+                } else {
+                    "stock"
+                },
+                r.faulted
+            ),
             match r.keys {
                 Keys::Derived => "derived (K7)",
                 Keys::DrawnByHand => "drawn by hand",
@@ -284,6 +294,27 @@ async fn z5_redis_kill_9_between_the_downstream_calls_and_the_order_deducts_and_
     let rows = vec![
         chain(REDIS_TEST, tier("z5k7"), Keys::Derived, false).await,
         chain(REDIS_TEST, tier("z5control"), Keys::DrawnByHand, false).await,
+    ];
+    println!("{}", table(&rows));
+    check(&rows);
+}
+
+/// The variant with a payment step: the handler deducts through `RetryLayer`, then charges an
+/// axum payment provider (behind `IdemLayer`: it honours `Idempotency-Key`) through
+/// `idem-reqwest`, then is killed before its order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn z5_redis_with_a_payment_step_through_reqwest_kill_9_charges_and_deducts_once_per_intent() {
+    if worker::role().is_some() {
+        return order_worker().await;
+    }
+    let redis = RedisServer::start_with(Options::aof_always()).await;
+    let tier = |run: &str| Tier::Redis {
+        url: redis.url(),
+        prefix: format!("{}:", unique(run)),
+    };
+    let rows = vec![
+        chain(PAYMENT_TEST, tier("z5pay"), Keys::Derived, true).await,
+        chain(PAYMENT_TEST, tier("z5paycontrol"), Keys::DrawnByHand, true).await,
     ];
     println!("{}", table(&rows));
     check(&rows);

@@ -23,6 +23,7 @@
 //! | [`intents`] | the scope and fingerprint of numbered intents | the shared tiers' tests |
 //! | [`signal`] | `SIGSTOP` and `SIGCONT` for a worker process | the shared tiers' lease-renewal tests |
 //! | [`time`] | `ms(n)`, the wall clock in milliseconds, waiting until a condition holds | tests that count time |
+//! | [`worker`] | the test binary re-run as a second process, its output's markers, `kill -9` | the root Z5 chain test |
 //! | [`free_port`] | a free loopback port | the servers above |
 
 pub mod capture;
@@ -33,6 +34,7 @@ pub mod postgres;
 pub mod redis;
 pub mod signal;
 pub mod time;
+pub mod worker;
 
 /// A loopback port that was free a moment ago (the OS picked it for a listener that is closed
 /// again), for a server a test starts.

@@ -163,6 +163,7 @@ mod engine;
 pub mod grpc;
 pub mod metrics;
 mod notifier;
+pub mod operation;
 mod schema;
 mod sweeper;
 mod tier;
@@ -174,6 +175,9 @@ pub use idem_dedup::tiered::{OnUnavailable, TierStats, TieredBuilder};
 #[cfg(feature = "serde")]
 pub use idem_dedup::JsonCodec;
 pub use idem_dedup::{BytesCodec, Codec, LocalCache, Outcome, Source};
+#[cfg(feature = "serde")]
+pub use operation::Json;
+pub use operation::{Completer, CompleterBuilder, CompleterReport, CompleterTask, Operation, StepOutput};
 pub use schema::{migrate, schema_sql, SetupError, DEFAULT_SCHEMA, SCHEMA_SQL, SCHEMA_VERSION};
 /// The PostgreSQL client this crate is built on, so your pool and queries use the same version.
 pub use sqlx;

@@ -17,6 +17,8 @@ mod d4_transactional;
 mod d4_two_processes;
 mod d4_unreachable;
 mod d6_local;
+mod d7_kill;
+mod d7_shop;
 mod d8_renewal;
 mod e15_help;
 mod k7_run;

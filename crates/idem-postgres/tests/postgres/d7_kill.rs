@@ -17,7 +17,7 @@ use crate::support::TestDb;
 use crate::{fp, lines, scope, wait_for_lines, worker, worker_role};
 
 const TEST: &str = "d7_kill::d7_kill_9_after_each_step_resumes_without_repeating_a_committed_step";
-const LEASE: Duration = Duration::from_millis(600);
+pub(crate) const LEASE: Duration = Duration::from_millis(600);
 
 /// The key the checkout of intent `i` charges under, in every run.
 pub(crate) fn charge_key(run: &str, i: usize) -> String {
@@ -44,7 +44,7 @@ pub(crate) async fn checkout_worker(run: &str) {
         .await;
     match out {
         Ok(out) => println!("RESULT ok {}", out.value()),
-        Err(e) => println!("RESULT err {:?} {}", e.reason(), e),
+        Err(e) => println!("RESULT err {} {e}", e.reason().map(|r| r.to_string()).unwrap_or_default()),
     }
 }
 

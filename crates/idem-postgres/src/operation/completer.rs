@@ -26,8 +26,7 @@ use crate::PgEngine;
 
 /// A registered operation handler: the same function a request handler passes to
 /// [`PgEngine::operation`], boxed.
-pub type Handler<V> =
-    Arc<dyn Fn(Operation) -> BoxFuture<'static, Result<V, Status>> + Send + Sync>;
+pub type Handler<V> = Arc<dyn Fn(Operation) -> BoxFuture<'static, Result<V, Status>> + Send + Sync>;
 
 /// Builds a [`Completer`].
 ///
@@ -128,8 +127,7 @@ where
         if self.handlers.contains_key("") {
             return Err(SetupError::Invalid("a completer's method needs a name"));
         }
-        if self.grace.is_zero() || self.every.is_zero() || self.batch == 0 || self.max_runs == 0
-        {
+        if self.grace.is_zero() || self.every.is_zero() || self.batch == 0 || self.max_runs == 0 {
             return Err(SetupError::Invalid(
                 "a completer's grace, every, batch and max_runs must be greater than zero",
             ));
@@ -159,7 +157,13 @@ struct Inner<V, C> {
     max_runs: u32,
 }
 
-/// Drives unfinished operations to their end (see the [module docs](self)). Cheap to clone.
+/// Drives unfinished operations to their end. A client that gives up after its run crashed
+/// leaves an operation half done (stock reserved, maybe charged, no order), and nobody retries
+/// it. A completer's pass finds operations of its registered methods with no progress for the
+/// [`grace`](CompleterBuilder::grace) period and no live claim, and drives each again from its
+/// stored request, resuming after its last recovery point. Completers on several instances may
+/// pass at once: each run claims the operation first, so it finishes once, by whichever claims
+/// it; the others skip it or replay its result. Cheap to clone.
 ///
 /// ```no_run
 /// # async fn demo(engine: idem_postgres::PgEngine<String>) -> Result<(), Box<dyn std::error::Error>> {
@@ -272,7 +276,10 @@ where
             .bind(i32::try_from(c.max_runs).unwrap_or(i32::MAX))
             .bind(i64::from(c.batch))
             .fetch_all(&db.pool);
-        let rows = db.query("op_unfinished", q).await.map_err(|f| db.status(f))?;
+        let rows = db
+            .query("op_unfinished", q)
+            .await
+            .map_err(|f| db.status(f))?;
         let mut report = CompleterReport::default();
         for (scope, fp, request) in rows {
             self.drive(&scope, &fp, request, &mut report).await;
@@ -294,7 +301,9 @@ where
         let out = self
             .inner
             .engine
-            .run_operation(&scope, fp, request.into(), IfHeld::Skip, move |op| handler(op))
+            .run_operation(&scope, fp, request.into(), IfHeld::Skip, move |op| {
+                handler(op)
+            })
             .await;
         match out {
             Ok(out) if out.kind() == OutcomeKind::Executed => report.finished += 1,

@@ -138,7 +138,9 @@ impl Operation {
         let Ok(Some(mut tx)) = tokio::time::timeout(db.query_timeout, handle.take()).await else {
             return Err(Status::new(
                 Code::Internal,
-                format!("the step \"{name}\" kept its transaction past its end: nothing was committed"),
+                format!(
+                    "the step \"{name}\" kept its transaction past its end: nothing was committed"
+                ),
             ));
         };
         let bytes = result?.encode()?;
@@ -155,9 +157,9 @@ impl Operation {
                 return Err(Status::new(
                     Code::Unavailable,
                     format!(
-                        "the COMMIT of the step \"{name}\" got no answer ({f}): retry with the same \
+                    "the COMMIT of the step \"{name}\" got no answer ({f}): retry with the same \
                          key; the retry resumes after the step if it committed, and runs it if not"
-                    ),
+                ),
                 )
                 .with_reason(Reason::UNKNOWN_OUTCOME))
             }
@@ -234,7 +236,10 @@ impl Operation {
         if name.len() > MAX_NAME {
             return Err(Status::new(
                 Code::Internal,
-                format!("a step's name has at most {MAX_NAME} bytes; one of {} was given", name.len()),
+                format!(
+                    "a step's name has at most {MAX_NAME} bytes; one of {} was given",
+                    name.len()
+                ),
             ));
         }
         if !self.0.used.lock().insert(name.to_owned()) {

@@ -183,14 +183,18 @@ async fn claim<V: Clone + Send + Sync + 'static, C: Codec<V>>(
                 return Ok((token, outcome == claim::RECLAIMED));
             }
             claim::COMPLETED => {
-                return Err(from_record(inner.codec.decode(&result.unwrap_or_default())?))
+                return Err(from_record(
+                    inner.codec.decode(&result.unwrap_or_default())?,
+                ))
             }
             claim::CONFLICT => return Err(conflict()),
             claim::HELD => {
                 let left = Duration::from_millis(u64::try_from(left).unwrap_or(0));
                 let now = Instant::now();
                 if if_held == IfHeld::Skip || now >= give_up {
-                    let waited = cfg.max_wait.saturating_sub(give_up.saturating_duration_since(now));
+                    let waited = cfg
+                        .max_wait
+                        .saturating_sub(give_up.saturating_duration_since(now));
                     return Err(in_flight(waited, left.max(cfg.poll_first)));
                 }
                 tokio::time::sleep(poll.min(left + Duration::from_millis(1)).min(give_up - now))

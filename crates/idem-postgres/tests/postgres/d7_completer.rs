@@ -8,9 +8,9 @@ use std::time::Duration;
 use idem_dedup::OutcomeKind;
 use idem_postgres::{Completer, CompleterReport, SetupError};
 
+use crate::d7_kill::LEASE;
 use crate::d7_kill::{charge_key, checkout_worker, start_worker};
 use crate::d7_shop::{op_engine, shop_tables, state_of, ChargeService, Checkout, Ran};
-use crate::d7_kill::LEASE;
 use crate::support::TestDb;
 use crate::{fp, scope, worker_role};
 
@@ -62,9 +62,21 @@ async fn d7_two_completers_finish_an_abandoned_operation_exactly_once() {
     }
     assert_eq!(total.finished, 1, "one completer finished it: {total:?}");
     assert_eq!(total.failed, 0, "{total:?}");
-    assert_eq!(ran.handler.load(Ordering::SeqCst), 1, "the handler ran once");
-    assert_eq!(ran.reserve.load(Ordering::SeqCst), 0, "the killed run's reserve is kept");
-    assert_eq!(ran.charge.load(Ordering::SeqCst), 0, "its recorded charge is not called again");
+    assert_eq!(
+        ran.handler.load(Ordering::SeqCst),
+        1,
+        "the handler ran once"
+    );
+    assert_eq!(
+        ran.reserve.load(Ordering::SeqCst),
+        0,
+        "the killed run's reserve is kept"
+    );
+    assert_eq!(
+        ran.charge.load(Ordering::SeqCst),
+        0,
+        "its recorded charge is not called again"
+    );
     assert_eq!(ran.confirm.load(Ordering::SeqCst), 1);
     // Nothing left to finish.
     for c in &completers {
@@ -83,7 +95,9 @@ async fn d7_two_completers_finish_an_abandoned_operation_exactly_once() {
         ran: ran.clone(),
     };
     let out = engine
-        .operation(&scope("d7-complete", 1), fp(1), "intent-1", move |op| c.run(op))
+        .operation(&scope("d7-complete", 1), fp(1), "intent-1", move |op| {
+            c.run(op)
+        })
         .await
         .unwrap();
     assert_eq!(out.kind(), OutcomeKind::Replayed);
@@ -109,6 +123,8 @@ async fn d7_completer_refuses_settings_it_cannot_honour() {
         .grace(Duration::ZERO)
         .build()
         .unwrap_err();
-    assert!(matches!(zero, SetupError::Invalid(_)) && zero.to_string().contains("greater than zero"));
+    assert!(
+        matches!(zero, SetupError::Invalid(_)) && zero.to_string().contains("greater than zero")
+    );
     db.drop_schema().await;
 }

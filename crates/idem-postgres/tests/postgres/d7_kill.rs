@@ -12,7 +12,9 @@ use idem_core::run::{downstream_key, Step};
 use idem_dedup::OutcomeKind;
 use idem_postgres::operation::STEP_TARGET;
 
-use crate::d7_shop::{op_engine, shop_tables, state_of, ChargeService, Checkout, Ran, CRASH_POINTS};
+use crate::d7_shop::{
+    op_engine, shop_tables, state_of, ChargeService, Checkout, Ran, CRASH_POINTS,
+};
 use crate::support::TestDb;
 use crate::{fp, lines, scope, wait_for_lines, worker, worker_role};
 
@@ -40,11 +42,16 @@ pub(crate) async fn checkout_worker(run: &str) {
         ran: Arc::default(),
     };
     let out = engine
-        .operation(&scope(run, i), fp(i), format!("intent-{i}"), move |op| checkout.run(op))
+        .operation(&scope(run, i), fp(i), format!("intent-{i}"), move |op| {
+            checkout.run(op)
+        })
         .await;
     match out {
         Ok(out) => println!("RESULT ok {}", out.value()),
-        Err(e) => println!("RESULT err {} {e}", e.reason().map(|r| r.to_string()).unwrap_or_default()),
+        Err(e) => println!(
+            "RESULT err {} {e}",
+            e.reason().map(|r| r.to_string()).unwrap_or_default()
+        ),
     }
 }
 
@@ -56,7 +63,10 @@ pub(crate) async fn start_worker(
     i: usize,
     crash: &str,
     go_on: bool,
-) -> (tokio::process::Child, tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>) {
+) -> (
+    tokio::process::Child,
+    tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+) {
     let mut env = vec![
         ("IDEM_PG_SCHEMA", db.schema.clone()),
         ("IDEM_D7_INTENT", i.to_string()),
@@ -66,7 +76,9 @@ pub(crate) async fn start_worker(
     if go_on {
         env.push(("IDEM_D7_GO_ON", "1".to_owned()));
     }
-    let mut child = worker(test, "checkout", &env).spawn().expect("start the worker");
+    let mut child = worker(test, "checkout", &env)
+        .spawn()
+        .expect("start the worker");
     let mut out = lines(&mut child);
     wait_for_lines(&mut out, &format!("CRASHPOINT {crash}"), 1).await;
     (child, out)
@@ -98,22 +110,36 @@ async fn d7_kill_9_after_each_step_resumes_without_repeating_a_committed_step() 
         .unwrap();
     assert_eq!(clean.kind(), OutcomeKind::Executed);
     let key0 = charge_key("d7-kill", 0);
-    assert_eq!(clean.value(), &state_of(&db, &svc, "intent-0", &key0, 1).await);
+    assert_eq!(
+        clean.value(),
+        &state_of(&db, &svc, "intent-0", &key0, 1).await
+    );
 
     for (n, crash) in CRASH_POINTS.iter().enumerate() {
         let i = n + 1;
         let (mut child, _out) = start_worker(TEST, &db, &svc, i, crash, false).await;
         child.start_kill().expect("kill -9 the worker");
-        assert!(!child.wait().await.unwrap().success(), "the worker was killed");
+        assert!(
+            !child.wait().await.unwrap().success(),
+            "the worker was killed"
+        );
 
         // The client's retry, on another engine: waits out the dead run's lease, resumes.
         let here = Arc::new(Ran::default());
         let c = checkout(&here);
         let out = engine
-            .operation(&scope("d7-kill", i), fp(i), format!("intent-{i}"), move |op| {
-                assert!(op.is_resumed(), "the retry resumes the killed run's operation");
-                c.run(op)
-            })
+            .operation(
+                &scope("d7-kill", i),
+                fp(i),
+                format!("intent-{i}"),
+                move |op| {
+                    assert!(
+                        op.is_resumed(),
+                        "the retry resumes the killed run's operation"
+                    );
+                    c.run(op)
+                },
+            )
             .await
             .unwrap_or_else(|e| panic!("the retry after a kill at {crash}: {e}"));
         assert_eq!(out.kind(), OutcomeKind::Executed, "{crash}");
@@ -126,27 +152,56 @@ async fn d7_kill_9_after_each_step_resumes_without_repeating_a_committed_step() 
             "confirm" => (0, 0, 0),
             _ => unreachable!(),
         };
-        assert_eq!(here.reserve.load(Ordering::SeqCst), reserve, "{crash}: reserve runs");
-        assert_eq!(here.charge.load(Ordering::SeqCst), charge, "{crash}: charge calls");
-        assert_eq!(here.confirm.load(Ordering::SeqCst), confirm, "{crash}: confirm runs");
+        assert_eq!(
+            here.reserve.load(Ordering::SeqCst),
+            reserve,
+            "{crash}: reserve runs"
+        );
+        assert_eq!(
+            here.charge.load(Ordering::SeqCst),
+            charge,
+            "{crash}: charge calls"
+        );
+        assert_eq!(
+            here.confirm.load(Ordering::SeqCst),
+            confirm,
+            "{crash}: confirm runs"
+        );
         // The charge service saw the key twice only when the killed run called it and died
         // before recording the charge: then the retry's call was a replay.
         let calls = if *crash == "charge-call" { 2 } else { 1 };
         let key = charge_key("d7-kill", i);
         let want = state_of(&db, &svc, &format!("intent-{i}"), &key, calls).await;
-        assert_eq!(out.value(), &want, "{crash}: the response a run without faults gives");
+        assert_eq!(
+            out.value(),
+            &want,
+            "{crash}: the response a run without faults gives"
+        );
 
         // Replayed from now on, nothing runs.
         let c = checkout(&here);
         let again = engine
-            .operation(&scope("d7-kill", i), fp(i), format!("intent-{i}"), move |op| c.run(op))
+            .operation(
+                &scope("d7-kill", i),
+                fp(i),
+                format!("intent-{i}"),
+                move |op| c.run(op),
+            )
             .await
             .unwrap();
         assert_eq!(again.kind(), OutcomeKind::Replayed);
         assert_eq!(again.value(), out.value());
-        assert_eq!(here.handler.load(Ordering::SeqCst), 1, "{crash}: the replay ran nothing");
+        assert_eq!(
+            here.handler.load(Ordering::SeqCst),
+            1,
+            "{crash}: the replay ran nothing"
+        );
         eprintln!("d7_kill_9 at {crash}: resumed, {calls} charge call(s) under one key");
     }
-    assert_eq!(svc.charges(), CRASH_POINTS.len() + 1, "one charge per intent");
+    assert_eq!(
+        svc.charges(),
+        CRASH_POINTS.len() + 1,
+        "one charge per intent"
+    );
     db.drop_schema().await;
 }

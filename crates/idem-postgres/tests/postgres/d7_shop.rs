@@ -47,7 +47,11 @@ impl ChargeService {
                             e.1 += 1;
                             e.0
                         };
-                        if write.write_all(format!("ch-{id}\n").as_bytes()).await.is_err() {
+                        if write
+                            .write_all(format!("ch-{id}\n").as_bytes())
+                            .await
+                            .is_err()
+                        {
                             return;
                         }
                     }
@@ -154,7 +158,12 @@ impl Checkout {
             })
             .await?;
         self.point(&op, "charge").await;
-        let (s, i, ran, ch) = (self.schema.clone(), intent.clone(), self.ran.clone(), charged.clone());
+        let (s, i, ran, ch) = (
+            self.schema.clone(),
+            intent.clone(),
+            self.ran.clone(),
+            charged.clone(),
+        );
         let order: i64 = op
             .local("confirm", |tx| async move {
                 ran.confirm.fetch_add(1, Ordering::SeqCst);
@@ -196,14 +205,26 @@ pub(crate) async fn shop_tables(db: &TestDb) {
 
 /// The receipt the rows of `intent` make, asserting there is exactly one reservation and one
 /// confirmation, and one charge for the operation's key, called `calls` times.
-pub(crate) async fn state_of(db: &TestDb, svc: &ChargeService, intent: &str, key: &str, calls: u32) -> String {
+pub(crate) async fn state_of(
+    db: &TestDb,
+    svc: &ChargeService,
+    intent: &str,
+    key: &str,
+    calls: u32,
+) -> String {
     let s = &db.schema;
-    let res: Vec<i64> = sqlx::query_scalar(&format!("SELECT id FROM \"{s}\".reservations WHERE intent = $1"))
-        .bind(intent)
-        .fetch_all(&db.pool)
-        .await
-        .unwrap();
-    assert_eq!(res.len(), 1, "{intent}: one reservation, never repeated: {res:?}");
+    let res: Vec<i64> = sqlx::query_scalar(&format!(
+        "SELECT id FROM \"{s}\".reservations WHERE intent = $1"
+    ))
+    .bind(intent)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        res.len(),
+        1,
+        "{intent}: one reservation, never repeated: {res:?}"
+    );
     let conf: Vec<(i64, i64, String)> = sqlx::query_as(&format!(
         "SELECT id, reservation, charge FROM \"{s}\".confirmations WHERE intent = $1"
     ))
@@ -211,11 +232,27 @@ pub(crate) async fn state_of(db: &TestDb, svc: &ChargeService, intent: &str, key
     .fetch_all(&db.pool)
     .await
     .unwrap();
-    assert_eq!(conf.len(), 1, "{intent}: one confirmation, never repeated: {conf:?}");
-    assert_eq!(conf[0].1, res[0], "{intent}: the confirmation names the one reservation");
-    let charge = svc.charge_of(key).expect("a charge under the operation's key");
-    assert_eq!(conf[0].2, charge, "{intent}: the confirmation names the one charge");
-    assert_eq!(svc.calls(key), calls, "{intent}: charge calls under the one key");
+    assert_eq!(
+        conf.len(),
+        1,
+        "{intent}: one confirmation, never repeated: {conf:?}"
+    );
+    assert_eq!(
+        conf[0].1, res[0],
+        "{intent}: the confirmation names the one reservation"
+    );
+    let charge = svc
+        .charge_of(key)
+        .expect("a charge under the operation's key");
+    assert_eq!(
+        conf[0].2, charge,
+        "{intent}: the confirmation names the one charge"
+    );
+    assert_eq!(
+        svc.calls(key),
+        calls,
+        "{intent}: charge calls under the one key"
+    );
     receipt(intent, res[0], &charge, conf[0].0)
 }
 

@@ -45,7 +45,10 @@ async fn d7_empty_or_duplicate_step_names_get_a_clear_error() {
         })
         .await
         .unwrap_err();
-    assert!(twice.to_string().contains("\"reserve\" is used twice"), "{twice}");
+    assert!(
+        twice.to_string().contains("\"reserve\" is used twice"),
+        "{twice}"
+    );
     let long = "x".repeat(129);
     let too_long = engine
         .operation(&scope("d7-names", 3), fp(3), "r", move |op| async move {
@@ -54,7 +57,10 @@ async fn d7_empty_or_duplicate_step_names_get_a_clear_error() {
         })
         .await
         .unwrap_err();
-    assert!(too_long.to_string().contains("at most 128 bytes"), "{too_long}");
+    assert!(
+        too_long.to_string().contains("at most 128 bytes"),
+        "{too_long}"
+    );
     // The first step of the refused run committed; nothing else did.
     assert_eq!(count(&db, "steps").await, 1);
     db.drop_schema().await;
@@ -112,7 +118,11 @@ async fn d7_failed_step_rolls_back_and_the_retry_resumes_after_committed_steps()
         .await
         .unwrap_err();
     assert!(err.to_string().contains("confirm failed"), "{err}");
-    assert_eq!(count(&db, "confirmations").await, 0, "the failed step's writes rolled back");
+    assert_eq!(
+        count(&db, "confirmations").await,
+        0,
+        "the failed step's writes rolled back"
+    );
     assert_eq!(count(&db, "reservations").await, 1);
 
     let out = engine
@@ -120,7 +130,11 @@ async fn d7_failed_step_rolls_back_and_the_retry_resumes_after_committed_steps()
         .await
         .unwrap();
     assert_eq!(out.kind(), OutcomeKind::Executed);
-    assert_eq!(reserves.load(Ordering::SeqCst), 1, "the committed step did not run again");
+    assert_eq!(
+        reserves.load(Ordering::SeqCst),
+        1,
+        "the committed step did not run again"
+    );
     assert_eq!(count(&db, "reservations").await, 1);
     assert_eq!(count(&db, "confirmations").await, 1);
     assert_eq!(count(&db, "steps").await, 3);
@@ -157,7 +171,9 @@ async fn d7_finished_operation_replays_and_expires_with_its_steps() {
     let handler = |runs: Arc<AtomicU32>| {
         move |op: idem_postgres::Operation| async move {
             let n: u32 = op
-                .local("count", |_tx| async move { Ok(runs.fetch_add(1, Ordering::SeqCst) + 1) })
+                .local("count", |_tx| async move {
+                    Ok(runs.fetch_add(1, Ordering::SeqCst) + 1)
+                })
                 .await?;
             Ok(format!("run {n}"))
         }
@@ -173,7 +189,10 @@ async fn d7_finished_operation_replays_and_expires_with_its_steps() {
     assert_eq!(again.kind(), OutcomeKind::Replayed);
     assert_eq!(again.value(), first.value());
     assert_eq!(runs.load(Ordering::SeqCst), 1);
-    assert_eq!((count(&db, "operations").await, count(&db, "steps").await), (1, 1));
+    assert_eq!(
+        (count(&db, "operations").await, count(&db, "steps").await),
+        (1, 1)
+    );
 
     // Past the TTL the sweeper removes the record, the operation and its recovery points.
     tokio::time::sleep(Duration::from_millis(400)).await;

@@ -13,7 +13,8 @@ use crate::d7_shop::{op_engine, shop_tables, state_of, ChargeService, Checkout, 
 use crate::support::TestDb;
 use crate::{fp, scope, wait_for_lines, worker_role};
 
-const TEST: &str = "d7_takeover::d7_stalled_run_is_taken_over_after_its_lease_and_the_new_run_resumes";
+const TEST: &str =
+    "d7_takeover::d7_stalled_run_is_taken_over_after_its_lease_and_the_new_run_resumes";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d7_stalled_run_is_taken_over_after_its_lease_and_the_new_run_resumes() {
@@ -45,7 +46,11 @@ async fn d7_stalled_run_is_taken_over_after_its_lease_and_the_new_run_resumes() 
         .await
         .expect("the takeover finishes the operation");
     assert_eq!(done.kind(), OutcomeKind::Executed);
-    assert_eq!(here.reserve.load(Ordering::SeqCst), 0, "the stalled run's reserve is kept");
+    assert_eq!(
+        here.reserve.load(Ordering::SeqCst),
+        0,
+        "the stalled run's reserve is kept"
+    );
     assert_eq!(here.charge.load(Ordering::SeqCst), 1);
     assert_eq!(here.confirm.load(Ordering::SeqCst), 1);
 
@@ -56,6 +61,10 @@ async fn d7_stalled_run_is_taken_over_after_its_lease_and_the_new_run_resumes() 
 
     let key = charge_key("d7-stall", 1);
     let want = state_of(&db, &svc, "intent-1", &key, 1).await;
-    assert_eq!(done.value(), &want, "one reservation, one charge, one confirmation");
+    assert_eq!(
+        done.value(),
+        &want,
+        "one reservation, one charge, one confirmation"
+    );
     db.drop_schema().await;
 }

@@ -87,6 +87,39 @@ pub(crate) struct Sql {
     /// The quoted schema, for the record-and-COMMIT string (see `tx_finish_sql`).
     pub(crate) tx_finish: String,
     pub(crate) sweep: String,
+    /// The sweeper's second statement: expired operations (their steps go with them).
+    pub(crate) sweep_operations: String,
+    pub(crate) op: OpSql,
+}
+
+/// The statements of multi-step operations (`sql/operations.sql`).
+#[derive(Debug)]
+pub(crate) struct OpSql {
+    pub(crate) begin: String,
+    pub(crate) steps: String,
+    pub(crate) step: String,
+    pub(crate) finish: String,
+    pub(crate) unfinished: String,
+}
+
+impl OpSql {
+    fn new(s: &str) -> Self {
+        OpSql {
+            begin: format!("SELECT {s}.op_begin($1, $2, $3, $4, $5, $6)"),
+            steps: format!("SELECT step, output FROM {s}.steps WHERE digest = $1"),
+            step: format!("SELECT {s}.op_step($1, $2, $3, $4, $5, $6, $7)"),
+            finish: format!("SELECT {s}.op_finish($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
+            unfinished: format!(
+                "SELECT o.scope, o.fingerprint, o.request FROM {s}.operations o \
+                 WHERE o.state = 1 AND o.method = ANY($1) \
+                 AND o.updated_at < statement_timestamp() - $2 * interval '1 millisecond' \
+                 AND o.expires_at > statement_timestamp() AND o.runs < $3 \
+                 AND NOT EXISTS (SELECT 1 FROM {s}.records r WHERE r.digest = o.digest \
+                   AND r.state = 1 AND r.expires_at > statement_timestamp()) \
+                 ORDER BY o.updated_at LIMIT $4"
+            ),
+        }
+    }
 }
 
 impl Sql {
@@ -104,6 +137,7 @@ impl Sql {
             forget: format!(
                 "WITH gone AS (DELETE FROM {s}.records WHERE digest = $1 \
                  RETURNING awaited, {live} AS live), \
+                 op AS (DELETE FROM {s}.operations WHERE digest = $1), \
                  woken AS (SELECT pg_notify('{channel}', $2) FROM gone WHERE awaited) \
                  SELECT COALESCE(bool_or(live), false), (SELECT count(*) FROM woken) FROM gone"
             ),
@@ -124,6 +158,12 @@ impl Sql {
                  SELECT ctid FROM {s}.records WHERE expires_at <= statement_timestamp() \
                  LIMIT $1 FOR UPDATE SKIP LOCKED))"
             ),
+            sweep_operations: format!(
+                "DELETE FROM {s}.operations WHERE ctid = ANY(ARRAY(\
+                 SELECT ctid FROM {s}.operations WHERE expires_at <= statement_timestamp() \
+                 LIMIT $1 FOR UPDATE SKIP LOCKED))"
+            ),
+            op: OpSql::new(&s),
         }
     }
 }

@@ -15,6 +15,7 @@
 //! |---|---|---|---|
 //! | transactional | [`PgEngine`] | the side effect and its record, in one transaction | the side effect is a write to this database |
 //! | remote tier | [`PgTier`] behind a [`TieredEngine`] | the record alone (claim, lease, fencing, like `idem-redis`) | the side effect lives elsewhere (an API, another store) |
+//! | multi-step operation | [`PgEngine::operation`] | each local step's writes with its recovery point; the result at the end | the handler mixes writes here with calls to other services |
 //!
 //! ## How it fits
 //!
@@ -93,6 +94,75 @@
 //! token protects and what it does not: a side effect outside the database can still happen
 //! twice when a lease lapses under a holder that stalled — the reason for the transactional mode.
 //!
+//! ## Multi-step operations
+//!
+//! A handler that reserves stock here, charges a payment provider, then confirms the order here
+//! is not one transaction. [`PgEngine::operation`] runs it as named steps (see the
+//! [`operation`] module): a [`local`](Operation::local) step's writes commit with its recovery
+//! point (its name and output), a [`foreign`](Operation::foreign) step calls out with a key
+//! derived from the intent and the step's name and records what came back. A re-run — the
+//! client's retry, another instance after a crash or a lapsed lease, a [`Completer`] — resumes
+//! after the last recovery point: committed local steps never run again, foreign steps are
+//! called again only with the same key. Two runs never execute one operation at once (a
+//! claim with a renewed lease and a fencing token).
+//!
+//! ```no_run
+//! use idem_core::{Fingerprint, Scope, Status};
+//! use idem_postgres::{sqlx_status, Completer, Operation, PgEngine};
+//!
+//! /// The handler: the same function serves requests and the completer.
+//! async fn checkout(op: Operation) -> Result<String, Status> {
+//!     let sku = String::from_utf8_lossy(op.request()).into_owned();
+//!     let reservation: i64 = op
+//!         .local("reserve", |tx| async move {
+//!             let mut conn = tx.lock().await?;
+//!             sqlx::query_scalar("INSERT INTO reservations (sku) VALUES ($1) RETURNING id")
+//!                 .bind(&sku)
+//!                 .fetch_one(&mut *conn)
+//!                 .await
+//!                 .map_err(sqlx_status)
+//!         })
+//!         .await?;
+//!     let charge: String = op
+//!         .foreign("charge", |key| async move {
+//!             // Send `Idempotency-Key: {key}` to the provider; a re-run sends the same key.
+//!             Ok(format!("ch_{}", &key.as_str()[..8]))
+//!         })
+//!         .await?;
+//!     op.local("confirm", |tx| async move {
+//!         let mut conn = tx.lock().await?;
+//!         sqlx::query("UPDATE reservations SET charge = $1 WHERE id = $2")
+//!             .bind(&charge)
+//!             .bind(reservation)
+//!             .execute(&mut *conn)
+//!             .await
+//!             .map_err(sqlx_status)?;
+//!         Ok(())
+//!     })
+//!     .await?;
+//!     Ok(format!("reservation {reservation} paid"))
+//! }
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let pool = sqlx::PgPool::connect("postgres://app@127.0.0.1/shop").await?;
+//! let engine = PgEngine::<String>::builder(pool).build().await?;
+//! // Operations whose client gave up are finished in the background.
+//! let _completer = Completer::builder(engine.clone())
+//!     .handler("POST /checkout", checkout)
+//!     .build()?
+//!     .spawn();
+//!
+//! // In the request handler (axum, tonic, ...):
+//! let scope = Scope::parse("tenant-0042", "POST /checkout", "8c0e5a55-1b7d-4e0b")?;
+//! let body = b"book-42".to_vec();
+//! let out = engine
+//!     .operation(&scope, Fingerprint::of(&body), body, checkout)
+//!     .await?;
+//! println!("{}", out.value());
+//! # Ok(()) }
+//! ```
+//!
 //! ## The schema
 //!
 //! [`migrate`] applies [`SCHEMA_SQL`] (idempotent, safe from every instance at once; the
@@ -151,6 +221,19 @@
 //! [`PgEngine::queries_sent`] and [`PgTier::queries_sent`] count statements (a locally held
 //! replay costs none); metric names are in [`metrics`]; the tiered engine adds its own
 //! (`TieredEngine::stats`).
+//!
+//! ## Where things are
+//!
+//! | file | what |
+//! |---|---|
+//! | `engine/` | [`PgEngine`] (transactional mode): its builder, a call through the local engine (`call.rs`), the leader's transaction (`run.rs`) |
+//! | `transaction.rs` | [`PgTransaction`], [`TxGuard`], [`sqlx_status`] |
+//! | `operation/` | multi-step operations: [`PgEngine::operation`] (`mod.rs`), the leader's claim, renewal and finish (`run.rs`), [`Operation`]'s steps (`handle.rs`), [`StepOutput`] (`output.rs`), the [`Completer`] (`completer.rs`) |
+//! | `tier.rs`, `notifier.rs` | [`PgTier`] (remote-tier mode) and its `LISTEN` connection |
+//! | `schema.rs`, `sql/schema.sql`, `sql/operations.sql` | [`migrate`], [`SCHEMA_SQL`] (version 1, then version 2's operations and steps) |
+//! | `db.rs`, `db/` | the statements of a schema, time limits, how a failure reads |
+//! | `sweeper.rs` | expired records and operations deleted in bounded batches |
+//! | `config.rs`, `digest.rs`, `codes.rs`, [`metrics`] | shared settings, a scope's row key and lock, the schema's answer codes, metric names |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod codes;
@@ -163,6 +246,7 @@ mod engine;
 pub mod grpc;
 pub mod metrics;
 mod notifier;
+pub mod operation;
 mod schema;
 mod sweeper;
 mod tier;
@@ -174,6 +258,11 @@ pub use idem_dedup::tiered::{OnUnavailable, TierStats, TieredBuilder};
 #[cfg(feature = "serde")]
 pub use idem_dedup::JsonCodec;
 pub use idem_dedup::{BytesCodec, Codec, LocalCache, Outcome, Source};
+#[cfg(feature = "serde")]
+pub use operation::Json;
+pub use operation::{
+    Completer, CompleterBuilder, CompleterReport, CompleterTask, Operation, StepOutput,
+};
 pub use schema::{migrate, schema_sql, SetupError, DEFAULT_SCHEMA, SCHEMA_SQL, SCHEMA_VERSION};
 /// The PostgreSQL client this crate is built on, so your pool and queries use the same version.
 pub use sqlx;

@@ -10,13 +10,18 @@ use crate::db::{probe, Unreachable};
 /// How long the diagnosis of a pool that timed out at set-up may try to connect.
 const PROBE: Duration = Duration::from_secs(1);
 
-/// The schema's SQL (`sql/schema.sql` in the crate), with `__SCHEMA__` where the schema's quoted
-/// name goes. [`migrate`] applies it; [`schema_sql`] gives it ready to run, for deployments
+/// The schema's SQL (`sql/schema.sql` in the crate, then `sql/operations.sql`, the additions
+/// of version 2), with `__SCHEMA__` where the schema's quoted name goes. [`migrate`] applies it; [`schema_sql`] gives it ready to run, for deployments
 /// that apply DDL with their own migration tool.
-pub const SCHEMA_SQL: &str = include_str!("../sql/schema.sql");
+pub const SCHEMA_SQL: &str = concat!(
+    include_str!("../sql/schema.sql"),
+    include_str!("../sql/operations.sql")
+);
 
-/// The version of [`SCHEMA_SQL`] (recorded in the schema's `schema_version` table).
-pub const SCHEMA_VERSION: i32 = 1;
+/// The version of [`SCHEMA_SQL`] (recorded in the schema's `schema_version` table, one row per
+/// version applied). Version 2 added the tables and functions of multi-step operations; it
+/// changed nothing of version 1, so instances of both versions can share a schema.
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// The schema idem's table, sequence and functions live in, unless configured: `idem`.
 pub const DEFAULT_SCHEMA: &str = "idem";

@@ -7,7 +7,9 @@
 //! (so sweepers of several instances, and claims taking an expired row over, never wait for each
 //! other), and repeats while batches come back full, at most `max_batches` times; then it sleeps
 //! until the next tick. Under a flood of unique keys the table holds at most the rows of one
-//! TTL plus one sweep interval.
+//! TTL plus one sweep interval. Multi-step operations expire the same way: an operation's row
+//! (and, by cascade, its recovery points) is deleted with the same batches once past its expiry,
+//! which is its record's.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -35,11 +37,18 @@ impl Default for SweepConfig {
     }
 }
 
-/// One sweep: batches until one comes back short or `max_batches` ran. Returns the rows deleted.
+/// One sweep: expired records, then expired operations (their recovery points go with them, D7),
+/// each in batches until one comes back short or `max_batches` ran. Returns the rows deleted
+/// (records and operations; the steps deleted with an operation are not counted).
 pub(crate) async fn sweep_once(db: &Db, cfg: SweepConfig) -> Result<u64, Status> {
+    let records = sweep_table(db, cfg, &db.sql.sweep).await?;
+    Ok(records + sweep_table(db, cfg, &db.sql.sweep_operations).await?)
+}
+
+async fn sweep_table(db: &Db, cfg: SweepConfig, sql: &str) -> Result<u64, Status> {
     let mut total = 0;
     for _ in 0..cfg.max_batches {
-        let q = sqlx::query(&db.sql.sweep)
+        let q = sqlx::query(sql)
             .bind(i64::from(cfg.batch))
             .execute(&db.pool);
         let done = db

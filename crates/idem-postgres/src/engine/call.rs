@@ -35,6 +35,22 @@ where
             let action = slot.lock().take();
             run::leader(inner, owned, fingerprint, action)
         };
+        self.through_local(scope, fingerprint, deadline, run).await
+    }
+
+    /// A call through the local engine, whose leader runs `run`; a record another run
+    /// committed becomes a replay.
+    pub(crate) async fn through_local<R, RFut>(
+        &self,
+        scope: &Scope,
+        fingerprint: Fingerprint,
+        deadline: Option<Deadline>,
+        run: R,
+    ) -> Result<Outcome<V>, DedupError>
+    where
+        R: FnOnce(()) -> RFut + Send + 'static,
+        RFut: Future<Output = Result<V, Status>> + Send + 'static,
+    {
         let local = &self.inner.local;
         let result = local.execute_until(scope, fingerprint, deadline, run).await;
         // Only the local run's own answers: a value `settle` seeds from the table is another

@@ -3,7 +3,7 @@
 
 mod builder;
 mod call;
-mod run;
+pub(crate) mod run;
 
 use std::fmt;
 use std::future::Future;
@@ -101,6 +101,13 @@ impl<V, C> Drop for Inner<V, C> {
 /// commits or rolls back as a whole.
 pub struct PgEngine<V, C = BytesCodec> {
     inner: Arc<Inner<V, C>>,
+}
+
+impl<V, C> PgEngine<V, C> {
+    /// The engine's parts, for the other modes of the crate (multi-step operations).
+    pub(crate) fn inner(&self) -> &Arc<Inner<V, C>> {
+        &self.inner
+    }
 }
 
 impl<V, C> Clone for PgEngine<V, C> {

@@ -39,7 +39,7 @@ impl<V> fmt::Display for FromRecord<V> {
 impl<V> std::error::Error for FromRecord<V> {}
 
 /// The status that carries a committed record's value out of the local engine.
-fn from_record<V: Send + Sync + 'static>(value: V) -> Status {
+pub(crate) fn from_record<V: Send + Sync + 'static>(value: V) -> Status {
     Status::new(Code::Aborted, "replayed from the database").with_source(FromRecord(value))
 }
 
@@ -107,14 +107,7 @@ where
                 let value = inner.codec.decode(&result.unwrap_or_default())?;
                 return Err(from_record(value));
             }
-            claim::CONFLICT => {
-                return Err(Status::new(
-                    Code::FailedPrecondition,
-                    "idempotency key reused with a different request: this key was stored with \
-                     another request body",
-                )
-                .with_reason(Reason::IDEMPOTENCY_CONFLICT))
-            }
+            claim::CONFLICT => return Err(conflict()),
             claim::HELD => {
                 // A remote-tier claim (a PgTier on the same schema) holds the scope: poll.
                 drop(tx);
@@ -137,8 +130,18 @@ where
     }
 }
 
+/// `FAILED_PRECONDITION` / `IDEMPOTENCY_CONFLICT`: the key was stored with another request.
+pub(crate) fn conflict() -> Status {
+    Status::new(
+        Code::FailedPrecondition,
+        "idempotency key reused with a different request: this key was stored with another \
+         request body",
+    )
+    .with_reason(Reason::IDEMPOTENCY_CONFLICT)
+}
+
 /// `UNAVAILABLE` / `REQUEST_IN_FLIGHT`: another run still held the scope after `waited`.
-fn in_flight(waited: Duration, retry_after: Duration) -> Status {
+pub(crate) fn in_flight(waited: Duration, retry_after: Duration) -> Status {
     Status::new(
         Code::Unavailable,
         format!(

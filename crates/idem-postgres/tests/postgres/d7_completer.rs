@@ -16,6 +16,10 @@ use crate::{fp, scope, worker_role};
 
 const TEST: &str = "d7_completer::d7_two_completers_finish_an_abandoned_operation_exactly_once";
 const METHOD: &str = "/shop.v1.Shop/CreateOrder";
+/// The completers' own lease: long, so that a renewal delayed on a loaded machine never lets the
+/// other completer take a live run over (that would be fencing doing its job, counted as a
+/// failure, not the race this test is about). The killed worker's claim keeps the short `LEASE`.
+const COMPLETER_LEASE: Duration = Duration::from_secs(10);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d7_two_completers_finish_an_abandoned_operation_exactly_once() {
@@ -39,7 +43,7 @@ async fn d7_two_completers_finish_an_abandoned_operation_exactly_once() {
             then_go_on: false,
             ran: ran.clone(),
         };
-        let completer = Completer::builder(op_engine(&db, LEASE).await)
+        let completer = Completer::builder(op_engine(&db, COMPLETER_LEASE).await)
             .handler(METHOD, move |op| c.clone().run(op))
             .grace(Duration::from_millis(200))
             .build()

@@ -28,7 +28,7 @@
 //! idem-kit = { version = "0.1", features = ["tower"] } # `use idem::...`
 //! ```
 //!
-//! Requirement IDs in these docs (K1, E5, R8, ...) are defined in the repository's
+//! Requirement IDs in these docs (...) are defined in the repository's
 //! `REQUIREMENTS.md`.
 //!
 //! ```
@@ -59,30 +59,30 @@
 
 pub use idem_core::*;
 
-/// The deduplication engine (E1–E14); see [`idem_dedup`].
+/// The deduplication engine; see [`idem_dedup`].
 #[cfg(feature = "dedup")]
 pub use idem_dedup as dedup;
 
-/// Backoff, classification, retry budget and the retrier (R1–R7); see [`idem_retry`].
+/// Backoff, classification, retry budget and the retrier; see [`idem_retry`].
 #[cfg(feature = "retry")]
 pub use idem_retry as retry;
 
-/// Tower layers: server-side dedup for tonic and axum, client-side retries (T1–T3); see
+/// Tower layers: server-side dedup for tonic and axum, client-side retries; see
 /// [`idem_tower`].
 #[cfg(feature = "tower")]
 pub use idem_tower as tower;
 
-/// Cross-instance deduplication on Redis and Redis Cluster (D1–D3); see [`idem_redis`].
+/// Cross-instance deduplication on Redis and Redis Cluster; see [`idem_redis`].
 #[cfg(feature = "redis")]
 pub use idem_redis as redis;
 
 /// Cross-instance deduplication on PostgreSQL, and the transactional mode whose record commits
-/// with the side effect (D4, D5); see [`idem_postgres`].
+/// with the side effect; see [`idem_postgres`].
 #[cfg(feature = "postgres")]
 pub use idem_postgres as postgres;
 
 /// The retry middleware for reqwest clients: one key per logical write, derived from the intent
-/// being served inside a deduplicated run (K7, T3); see [`idem_reqwest`].
+/// being served inside a deduplicated run; see [`idem_reqwest`].
 #[cfg(feature = "reqwest")]
 pub use idem_reqwest as reqwest;
 

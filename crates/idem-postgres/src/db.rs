@@ -1,6 +1,5 @@
 //! The database handle shared by the tier, the transactional engine and the sweeper: the pool,
-//! the statements of one schema, a time limit on every call, and the count of queries sent
-//! (D3, D4).
+//! the statements of one schema, a time limit on every call, and the count of queries sent.
 
 mod reach;
 
@@ -339,7 +338,7 @@ impl Db {
     }
 
     /// The status a caller gets for a failure: `UNAVAILABLE` / `UPSTREAM_UNAVAILABLE`
-    /// (retryable, D3), or `INTERNAL` when the schema is missing. The message says the cause
+    /// (retryable), or `INTERNAL` when the schema is missing. The message says the cause
     /// once, labelled as the store's; the sqlx error is not attached as well.
     pub(crate) fn status(&self, f: Failure) -> Status {
         match f {
@@ -367,7 +366,7 @@ impl Db {
     }
 }
 
-/// `UNAVAILABLE` with [`Reason::UPSTREAM_UNAVAILABLE`]: retryable (R2, D3).
+/// `UNAVAILABLE` with [`Reason::UPSTREAM_UNAVAILABLE`]: retryable.
 pub(crate) fn unavailable(message: String) -> Status {
     Status::new(Code::Unavailable, message).with_reason(Reason::UPSTREAM_UNAVAILABLE)
 }

@@ -1,7 +1,7 @@
-//! Where a scope lives in PostgreSQL: the row's key and the scope's advisory lock (D3, D4).
+//! Where a scope lives in PostgreSQL: the row's key and the scope's advisory lock.
 //!
-//! A scope's row is keyed by SHA-256 over [`Scope::as_bytes`], the scope's injective encoding
-//! (K3): 32 bytes, so no tenant, method or key chosen by a client can make two scopes share a
+//! A scope's row is keyed by SHA-256 over [`Scope::as_bytes`], the scope's injective encoding:
+//! 32 bytes, so no tenant, method or key chosen by a client can make two scopes share a
 //! row. The first 8 bytes, as a signed big-endian integer, are the key of the transaction-scoped
 //! advisory lock that serializes every write of the scope's record; two scopes sharing a lock key
 //! (one chance in 2^64 per pair) only wait for each other, they never share a record.

@@ -6,7 +6,7 @@
 //! in a *different* store than the side effect (Redis beside PostgreSQL) always leaves a window:
 //! the order commits, the process dies before the record is written, another instance runs the
 //! order again after the lease. This crate closes it by keeping the record in the same database
-//! as the work, in the same transaction (D4), as Stripe's and Brandur Leach's Postgres-backed
+//! as the work, in the same transaction, as Stripe's and Brandur Leach's Postgres-backed
 //! idempotency keys do.
 //!
 //! It has two modes, on one schema (they may be mixed: a scope's lock keeps them apart):

@@ -1,4 +1,4 @@
-//! Metric names (the `metrics` facade; E9, E15). The tiered engine in front of a
+//! Metric names (the `metrics` facade). The tiered engine in front of a
 //! [`PgTier`](crate::PgTier) reports its own (`idem_tier_*`, see `idem_dedup::metrics`).
 //!
 //! | name | type | labels | what |

@@ -1,5 +1,5 @@
 //! Completion notices through LISTEN/NOTIFY, so a waiting instance wakes when the holder
-//! completes or releases (D2, D4).
+//! completes or releases.
 //!
 //! Each [`PgTier`](crate::PgTier) keeps one listening connection (taken from the pool for good)
 //! on one channel per schema, `<schema>.done`. The schema's `complete` and `release` functions

@@ -1,4 +1,4 @@
-//! The schema shipped with the crate, its name, and [`migrate`] (D4).
+//! The schema shipped with the crate, its name, and [`migrate`].
 
 use std::fmt;
 use std::time::Duration;
@@ -142,7 +142,7 @@ pub fn schema_sql(schema: &str) -> Result<String, SetupError> {
 }
 
 /// Creates or updates idem's schema `schema` in the database: the `records` table, its expiry
-/// index, the `fence` sequence and the functions (D4). Idempotent, and safe to run from every
+/// index, the `fence` sequence and the functions. Idempotent, and safe to run from every
 /// instance at start-up at once (an advisory lock serializes them). The builders of
 /// [`PgTier`](crate::PgTier) and the transactional engine call it unless told not to.
 ///

@@ -1,4 +1,4 @@
-//! The sweeper: deletes expired rows in bounded batches, on tokio's timer (D4, Z3).
+//! The sweeper: deletes expired rows in bounded batches, on tokio's timer.
 //!
 //! Every row carries `expires_at` (the lease deadline while in flight, completion + TTL once
 //! completed), and every function treats a row past it as absent, so correctness never waits
@@ -37,7 +37,7 @@ impl Default for SweepConfig {
     }
 }
 
-/// One sweep: expired records, then expired operations (their recovery points go with them, D7),
+/// One sweep: expired records, then expired operations (their recovery points go with them),
 /// each in batches until one comes back short or `max_batches` ran. Returns the rows deleted
 /// (records and operations; the steps deleted with an operation are not counted).
 pub(crate) async fn sweep_once(db: &Db, cfg: SweepConfig) -> Result<u64, Status> {

@@ -1,4 +1,4 @@
-//! [`PgTier`]: the [`RemoteTier`] on PostgreSQL (D1, D2, D4 a).
+//! [`PgTier`]: the [`RemoteTier`] on PostgreSQL.
 
 use std::fmt;
 use std::pin::pin;
@@ -19,8 +19,8 @@ use crate::notifier::{self, Notifier};
 use crate::schema::SetupError;
 use crate::sweeper;
 
-/// The PostgreSQL tier: claims, completions and waits in one table that every instance shares
-/// (D1, D2, D4 a). Put it behind a [`TieredEngine`](crate::TieredEngine); cheap to clone (clones
+/// The PostgreSQL tier: claims, completions and waits in one table that every instance shares.
+/// Put it behind a [`TieredEngine`](crate::TieredEngine); cheap to clone (clones
 /// share the pool, the listener and the sweeper).
 ///
 /// Each call is one statement, a function of the schema ([`SCHEMA_SQL`](crate::SCHEMA_SQL)):
@@ -74,7 +74,7 @@ impl fmt::Debug for PgTier {
 /// | setting | default | |
 /// |---|---|---|
 /// | [`schema`](Self::schema) | `idem` | where the table, sequence and functions live |
-/// | [`query_timeout`](Self::query_timeout) | 1 s | every statement; past it: `UNAVAILABLE` (D3) |
+/// | [`query_timeout`](Self::query_timeout) | 1 s | every statement; past it: `UNAVAILABLE` |
 /// | [`apply_schema`](Self::apply_schema) | yes | `build` runs [`migrate`](crate::migrate) |
 /// | [`sweep_every`](Self::sweep_every) | 60 s | expired rows deleted ... |
 /// | [`sweep_batch`](Self::sweep_batch) | 1,000 | ... this many per statement |

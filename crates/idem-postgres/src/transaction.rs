@@ -1,4 +1,4 @@
-//! [`PgTransaction`]: the transaction a transactional action runs in (D4 b, T5).
+//! [`PgTransaction`]: the transaction a transactional action runs in.
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
@@ -14,10 +14,10 @@ use crate::db::SqlKind;
 type Slot = Option<Transaction<'static, Postgres>>;
 
 /// The open transaction of one transactional run: the action's side effects go through it, and
-/// idem writes the scope's record in it and commits it once the action returns `Ok` (D4 b).
+/// idem writes the scope's record in it and commits it once the action returns `Ok`.
 ///
 /// Cheap to clone (clones share the transaction), so it can travel as a request extension (the
-/// tower layer puts it there, T5). Run statements through [`lock`](Self::lock), whose guard is
+/// tower layer puts it there). Run statements through [`lock`](Self::lock), whose guard is
 /// a `&mut PgConnection` inside the transaction:
 ///
 /// ```no_run
@@ -73,7 +73,7 @@ impl PgTransaction {
         }
     }
 
-    /// The claim's fencing token (D1): greater than every token handed out before it, for any
+    /// The claim's fencing token: greater than every token handed out before it, for any
     /// scope. Inside the transaction it fences nothing more (the transaction itself excludes
     /// every other run of the scope); pass it on to stores outside the database.
     pub fn token(&self) -> FencingToken {

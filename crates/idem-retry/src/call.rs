@@ -1,15 +1,15 @@
-//! What the caller declares about one call, and what each attempt is told (S1–S3, R6).
+//! What the caller declares about one call, and what each attempt is told.
 
 use std::sync::Arc;
 
 use idem_core::{Deadline, IdempotencyKey};
 
-/// What makes a call safe to repeat; decides whether it may be retried at all (S1, S2).
+/// What makes a call safe to repeat; decides whether it may be retried at all.
 ///
 /// | kind | delivery | retried? |
 /// |---|---|---|
-/// | [`Idempotent`](CallKind::Idempotent) | at-least-once (harmless duplicates) | yes, by the R2 table |
-/// | [`Keyed`](CallKind::Keyed) | effectively-once (key + server dedup) | yes, by the R2 table, always with the same key |
+/// | [`Idempotent`](CallKind::Idempotent) | at-least-once (harmless duplicates) | yes, by the classification table ([`classify`](crate::classify)) |
+/// | [`Keyed`](CallKind::Keyed) | effectively-once (key + server dedup) | yes, by the same table, always with the same key |
 /// | [`Neither`](CallKind::Neither) | at-most-once | never |
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CallKind {
@@ -18,7 +18,7 @@ pub enum CallKind {
     Idempotent,
     /// Not idempotent, but carries an [`IdempotencyKey`] the server deduplicates by.
     Keyed,
-    /// Not idempotent and no key: a retry could repeat the side effect, so none is made (S2).
+    /// Not idempotent and no key: a retry could repeat the side effect, so none is made.
     Neither,
 }
 
@@ -39,7 +39,7 @@ impl CallKind {
 /// One logical call as the caller declares it: its [`CallKind`], its key, its overall deadline and
 /// whether its `INTERNAL`/`UNKNOWN` failures are transient.
 ///
-/// The key is made **once**, before the first attempt, and every attempt carries it (K2, R6);
+/// The key is made **once**, before the first attempt, and every attempt carries it;
 /// the retrier never makes a new one.
 ///
 /// # Examples
@@ -168,7 +168,7 @@ impl Call {
         Call::keyed(idem_core::run::outbound_key(target, Some(step)))
     }
 
-    /// A non-idempotent call with no key: at-most-once, never retried (S2).
+    /// A non-idempotent call with no key: at-most-once, never retried.
     pub const fn non_idempotent() -> Self {
         Call {
             idempotent: false,
@@ -195,7 +195,7 @@ impl Call {
     }
 
     /// Declares this call's `INTERNAL` and `UNKNOWN` failures transient. They are then retried if the
-    /// call is also [`Idempotent`](CallKind::Idempotent) (R2); otherwise this has no effect.
+    /// call is also [`Idempotent`](CallKind::Idempotent); otherwise this has no effect.
     #[must_use]
     pub const fn declare_transient(mut self) -> Self {
         self.transient_declared = true;
@@ -243,7 +243,7 @@ impl Call {
 }
 
 /// What one attempt is told: the call's key (the same on every attempt), the attempt number and
-/// the call's deadline (R6).
+/// the call's deadline.
 ///
 /// Send [`key`](Self::key) as the idempotency-key header and
 /// [`previous_attempts`](Self::previous_attempts) as `grpc-previous-rpc-attempts`.

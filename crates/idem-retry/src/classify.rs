@@ -1,4 +1,4 @@
-//! Which failures are worth another attempt (R2, S2, S3).
+//! Which failures are worth another attempt.
 //!
 //! A retry must be able to succeed *and* must not add a side effect. The first half comes from
 //! the status code and reason (a bad argument fails the same way every time); the second from the
@@ -72,13 +72,13 @@ pub trait Classify {
     }
 
     /// The server's retry-after hint (RetryInfo, `grpc-retry-pushback-ms`, `Retry-After`): the
-    /// exact wait before the next attempt (R8). A zero hint counts as none: the policy's
-    /// backoff applies, since a retry is never immediate (R2). Default: `None`.
+    /// exact wait before the next attempt. A zero hint counts as none: the policy's
+    /// backoff applies, since a retry is never immediate. Default: `None`.
     fn retry_after(&self) -> Option<Duration> {
         None
     }
 
-    /// Whether the server asked for no retry at all (R8). gRPC A6 reads a
+    /// Whether the server asked for no retry at all. gRPC A6 reads a
     /// `grpc-retry-pushback-ms` that is negative, not a number or given more than once that way;
     /// the error then ends the call ([`NotRetryable::Pushback`]) whatever its code. Default:
     /// `false`.
@@ -142,17 +142,17 @@ pub enum NotRetryable {
     /// The code fails the same way every time (`INVALID_ARGUMENT`, `NOT_FOUND`, ...) or the caller
     /// gave up (`CANCELLED`).
     Permanent,
-    /// A retry could repeat a side effect: the call is neither idempotent nor keyed (S2), or an
+    /// A retry could repeat a side effect: the call is neither idempotent nor keyed, or an
     /// `INTERNAL`/`UNKNOWN` failure hit a call that is not idempotent.
     Unsafe,
     /// `INTERNAL`/`UNKNOWN` without the caller declaring them transient.
     NotTransient,
-    /// The server's pushback said not to retry ([`Classify::forbids_retry`], R8).
+    /// The server's pushback said not to retry ([`Classify::forbids_retry`]).
     Pushback,
 }
 
-/// The classifier's verdict on one failure (R2). The retrier still checks attempts, deadline
-/// and budget (R3, R5) before acting on a retry.
+/// The classifier's verdict on one failure. The retrier still checks attempts, deadline
+/// and budget before acting on a retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Decision {
     /// Retry after the wait.
@@ -195,29 +195,29 @@ impl Decision {
     }
 }
 
-/// Classifies one failure of `call` (R2, S2, S3).
+/// Classifies one failure of `call`.
 ///
 /// In order:
 /// 1. `OK` is not a failure. `CANCELLED`, `INVALID_ARGUMENT`, `NOT_FOUND`, `ALREADY_EXISTS`,
 ///    `PERMISSION_DENIED`, `FAILED_PRECONDITION`, `OUT_OF_RANGE`, `UNIMPLEMENTED`, `DATA_LOSS` and
 ///    `UNAUTHENTICATED` are permanent, whatever the reason says.
-/// 2. A call that is neither idempotent nor keyed is never retried (S2).
+/// 2. A call that is neither idempotent nor keyed is never retried.
 /// 3. A server that forbids the retry ([`Classify::forbids_retry`]: a negative, malformed or
-///    repeated `grpc-retry-pushback-ms`, R8) is obeyed, whatever the code.
+///    repeated `grpc-retry-pushback-ms`) is obeyed, whatever the code.
 /// 4. `DEADLINE_EXCEEDED` is retried only within the call's deadline, whatever the reason.
 ///    Reasons refine the other codes: `RATE_LIMITED` is handled as `RESOURCE_EXHAUSTED`,
 ///    `STOCK_CONFLICT` as `ABORTED`, `UPSTREAM_UNAVAILABLE` and `UNKNOWN_OUTCOME` as
-///    `UNAVAILABLE`, and `REQUEST_IN_FLIGHT` (the server is still running the first attempt,
-///    E14) as a plain retry: resending the same key then gets the stored result. An unknown
-///    outcome (connection lost after send, S3) is thus retried only for an idempotent call or
-///    with the call's one key, which every attempt carries (R6).
+///    `UNAVAILABLE`, and `REQUEST_IN_FLIGHT` (the server is still running the first attempt)
+///    as a plain retry: resending the same key then gets the stored result. An unknown
+///    outcome (connection lost after send) is thus retried only for an idempotent call or
+///    with the call's one key, which every attempt carries.
 /// 5. `UNAVAILABLE`: backoff. `RESOURCE_EXHAUSTED`: the server's retry-after if it gave a
 ///    non-zero one, else backoff — never at once. `ABORTED`: only after a refresh.
 ///    `INTERNAL`/`UNKNOWN`: only if declared transient ([`Call::declare_transient`]) and the call
 ///    is idempotent.
 ///
 /// On any retryable failure, a non-zero server retry-after (pushback) replaces the backoff: the
-/// wait is exactly that long, with no jitter and no cap (R8).
+/// wait is exactly that long, with no jitter and no cap.
 ///
 /// ```
 /// use idem_core::{Code, IdempotencyKey, Reason, Status};

@@ -1,4 +1,4 @@
-//! The checks made before every retry (R3).
+//! The checks made before every retry.
 //!
 //! A retry is made only if all three hold: the failure is retryable (see
 //! [`classify`](crate::classify)), attempts are left, and the call's remaining deadline covers the
@@ -39,7 +39,7 @@ pub fn leaves_room(deadline: Option<&Deadline>, delay: Duration, min_attempt: Du
     }
 }
 
-/// The attempt and deadline checks of R3, after the `attempts_made`-th attempt failed with a
+/// The attempt and deadline checks, after the `attempts_made`-th attempt failed with a
 /// retryable error whose wait is `delay`.
 ///
 /// # Errors

@@ -1,4 +1,4 @@
-//! The hedging policy (R9), as gRPC's proposal A6 defines it: how many copies, after what delay,
+//! The hedging policy, as gRPC's proposal A6 defines it: how many copies, after what delay,
 //! and which failures of one copy leave the others running.
 //!
 //! # Why hedge, and why it is safe here
@@ -45,7 +45,7 @@ pub enum HedgeDelay {
     Percentile(f64),
 }
 
-/// How a call is hedged (R9): up to [`max_attempts`](HedgingPolicyBuilder::max_attempts)
+/// How a call is hedged: up to [`max_attempts`](HedgingPolicyBuilder::max_attempts)
 /// copies, each sent after the [`delay`](HedgingPolicyBuilder::delay) without an answer; the
 /// first success wins and the copies still in flight are dropped (cancelled).
 ///

@@ -5,7 +5,7 @@
 //! [`Retrier`] that ties them together for any async operation. No tower needed; `idem-tower`'s
 //! client layer builds on it.
 //!
-//! # Delivery semantics (S1)
+//! # Delivery semantics
 //!
 //! A call that failed may or may not have run on the server. What a client does about that picks
 //! one of three guarantees, each with its cost:
@@ -16,7 +16,7 @@
 //! | **at-least-once** | retry, no key | a retry after a lost reply runs the side effect twice |
 //! | **effectively-once** | retry with one stable key + server dedup | the server stores each result for a TTL, one lookup per write; the client keeps the key for the whole intent |
 //!
-//! At-most-once: a non-idempotent call with no key is never retried (S2).
+//! At-most-once: a non-idempotent call with no key is never retried.
 //!
 //! ```
 //! use idem_core::Code;
@@ -100,7 +100,7 @@
 //! # }
 //! ```
 //!
-//! # Retry at one layer only (R7)
+//! # Retry at one layer only
 //!
 //! Retries multiply across layers. If the gateway, the order service and the stock service each
 //! make 3 attempts, one failing stock call becomes 3 × 3 × 3 = **27** calls to the stock database,
@@ -108,14 +108,14 @@
 //! inner layers report failures at once. The server-side dedup layer never retries. A
 //! [`RetryBudget`] is the second guard: even at one layer, retries stay a small fraction of load.
 //!
-//! # Why the retrier never sleeps (R4)
+//! # Why the retrier never sleeps
 //!
 //! It runs on executor threads shared with many other tasks; putting the thread to sleep would stall them
 //! all for the whole backoff (the workspace's clippy config bans it). Every wait is a future from a
 //! [`Scheduler`] — tokio's timer by default ([`TokioScheduler`]), a [`VirtualScheduler`] in tests,
 //! which runs a whole retry sequence instantly and records each delay.
 //!
-//! # Server pushback (R8)
+//! # Server pushback
 //!
 //! A server that knows when it can take the call again says so, and the retrier follows it as
 //! gRPC A6 says: a valid pushback ([`Classify::retry_after`]) sets the next wait exactly (no
@@ -170,19 +170,19 @@
 //!
 //! # Where things are
 //!
-//! | file | what | requirement |
-//! |---|---|---|
-//! | `policy.rs`, `random.rs` | [`RetryPolicy`], jitter sources | R1 |
-//! | `call.rs` | [`Call`], [`CallKind`], [`Attempt`] | S1–S3, R6 |
-//! | `classify.rs` | [`Classify`], [`classify`], [`Decision`] | R2, R8, S2, S3 |
-//! | `deadline.rs` | [`check_retry`], [`leaves_room`] | R3 |
-//! | `scheduler.rs` | [`Scheduler`], [`TokioScheduler`], [`VirtualScheduler`] | R4 |
-//! | `budget/`: `mod.rs`, `builder.rs`, `window.rs` | [`RetryBudget`], [`RetryBudgetBuilder`], the sliding window and the floor's token bucket | R5 |
-//! | `retrier/`: `mod.rs`, `attempts.rs`, `refresh.rs` | [`Retrier`] and its calls; one call's attempt loop, span and give-up; the refresh step of `ABORTED` retries | R1–R6, R8 |
-//! | `error.rs` | [`RetryError`] | R3, R5 |
-//! | `pushback.rs` | [`parse_retry_after`], [`status_from_http`]: HTTP's `Retry-After`, an HTTP answer as a client retries it | R8 |
-//! | `failure.rs` | [`Failure`]: why an attempt failed, as client layers count retries; [`FailureCounters`], [`FailureCounts`] | E9 |
-//! | `metrics.rs`, `stats.rs` | metric names, [`GiveUp`], [`RetryStats`] | E9, E15 |
+//! | file | what |
+//! |---|---|
+//! | `policy.rs`, `random.rs` | [`RetryPolicy`], jitter sources |
+//! | `call.rs` | [`Call`], [`CallKind`], [`Attempt`] |
+//! | `classify.rs` | [`Classify`], [`classify`], [`Decision`] |
+//! | `deadline.rs` | [`check_retry`], [`leaves_room`] |
+//! | `scheduler.rs` | [`Scheduler`], [`TokioScheduler`], [`VirtualScheduler`] |
+//! | `budget/`: `mod.rs`, `builder.rs`, `window.rs` | [`RetryBudget`], [`RetryBudgetBuilder`], the sliding window and the floor's token bucket |
+//! | `retrier/`: `mod.rs`, `attempts.rs`, `refresh.rs` | [`Retrier`] and its calls; one call's attempt loop, span and give-up; the refresh step of `ABORTED` retries |
+//! | `error.rs` | [`RetryError`] |
+//! | `pushback.rs` | [`parse_retry_after`], [`status_from_http`]: HTTP's `Retry-After`, an HTTP answer as a client retries it |
+//! | `failure.rs` | [`Failure`]: why an attempt failed, as client layers count retries; [`FailureCounters`], [`FailureCounts`] |
+//! | `metrics.rs`, `stats.rs` | metric names, [`GiveUp`], [`RetryStats`] |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod budget;

@@ -1,4 +1,4 @@
-//! Metric names and labels, documented in one place (R5, T3).
+//! Metric names and labels, documented in one place.
 //!
 //! The retrier reports to the [`metrics`](https://docs.rs/metrics) facade; install any recorder
 //! (the Prometheus exporter, for one) to collect them. Without a recorder they cost nothing.
@@ -13,7 +13,7 @@
 //! The same figures are kept in-process by each [`Retrier`](crate::Retrier)
 //! ([`Retrier::stats`](crate::Retrier::stats)). Every metric is [described](describe).
 //!
-//! # Tracing (E15)
+//! # Tracing
 //!
 //! Each call of a [`Retrier`](crate::Retrier) is a span, target `idem_retry`, at `DEBUG`:
 //!
@@ -46,16 +46,16 @@ pub const REASON: &str = "reason";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum GiveUp {
-    /// The classifier said no (R2, S2), or the refresh step of an `ABORTED` call was missing
+    /// The classifier said no, or the refresh step of an `ABORTED` call was missing
     /// or failed.
     NotRetryable,
-    /// Every attempt of the policy was used (R1).
+    /// Every attempt of the policy was used.
     Attempts,
-    /// The remaining deadline does not cover the wait plus a minimum attempt (R3).
+    /// The remaining deadline does not cover the wait plus a minimum attempt.
     Deadline,
-    /// The retry budget refused (R5).
+    /// The retry budget refused.
     Budget,
-    /// The server's pushback said not to retry (R8): under gRPC A6 a
+    /// The server's pushback said not to retry: under gRPC A6 a
     /// `grpc-retry-pushback-ms` that is negative, malformed or repeated
     /// ([`Classify::forbids_retry`](crate::Classify::forbids_retry)).
     Pushback,

@@ -1,4 +1,4 @@
-//! The backoff policy (R1): how many attempts, and how long to wait between them.
+//! The backoff policy: how many attempts, and how long to wait between them.
 
 use std::fmt;
 use std::sync::Arc;
@@ -6,21 +6,21 @@ use std::time::Duration;
 
 use crate::random::{RandomSource, SplitMix64};
 
-/// Default total attempts, the first one included (R1).
+/// Default total attempts, the first one included.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
-/// Default delay after the first failure (R1).
+/// Default delay after the first failure.
 pub const DEFAULT_BASE_DELAY: Duration = Duration::from_millis(20);
-/// Default growth factor between consecutive delays (R1).
+/// Default growth factor between consecutive delays.
 pub const DEFAULT_MULTIPLIER: f64 = 2.0;
-/// Default cap on the un-jittered delay (R1).
+/// Default cap on the un-jittered delay.
 pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(1);
-/// Default jitter: each delay is scaled by a uniform factor in `[1 - 0.2, 1 + 0.2)` (R1).
+/// Default jitter: each delay is scaled by a uniform factor in `[1 - 0.2, 1 + 0.2)`.
 pub const DEFAULT_JITTER: f64 = 0.2;
 /// Default minimum time one attempt needs; a retry that would leave less than this before the
-/// deadline is not started (R3).
+/// deadline is not started.
 pub const DEFAULT_MIN_ATTEMPT_TIME: Duration = Duration::from_millis(50);
 
-/// How often and how patiently a call is retried (R1, R3).
+/// How often and how patiently a call is retried.
 ///
 /// The delay after the `n`-th failure (`n` from 1) is
 /// `min(base_delay · multiplier^(n-1), max_delay) · U(1 - jitter, 1 + jitter)`.
@@ -110,7 +110,7 @@ impl RetryPolicy {
         self.jitter
     }
 
-    /// The least time an attempt needs; a retry is not started with less left (R3).
+    /// The least time an attempt needs; a retry is not started with less left.
     pub const fn min_attempt_time(&self) -> Duration {
         self.min_attempt_time
     }
@@ -164,7 +164,7 @@ fn scale(d: Duration, factor: f64) -> Duration {
 }
 
 impl Default for RetryPolicy {
-    /// 3 attempts, 20 ms, ×2, 1 s cap, ±20% jitter, 50 ms minimum attempt time (R1, R3).
+    /// 3 attempts, 20 ms, ×2, 1 s cap, ±20% jitter, 50 ms minimum attempt time.
     fn default() -> Self {
         RetryPolicy {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
@@ -253,13 +253,13 @@ impl RetryPolicyBuilder {
         self
     }
 
-    /// The least time an attempt needs (R3). Any value is valid; zero disables the margin.
+    /// The least time an attempt needs. Any value is valid; zero disables the margin.
     pub const fn min_attempt_time(mut self, d: Duration) -> Self {
         self.min_attempt_time = d;
         self
     }
 
-    /// Deadline-aware attempts (R10): an attempt (a retry or a hedge) is not started when the
+    /// Deadline-aware attempts: an attempt (a retry or a hedge) is not started when the
     /// time left is shorter than this quantile (`0 < q <= 1`; 0.5 is the median) of the
     /// target's observed successful attempts, instead of the fixed
     /// [`min_attempt_time`](Self::min_attempt_time). The fixed minimum still applies while the

@@ -1,4 +1,4 @@
-//! Random draws for jitter, injectable so tests can assert exact delays (R1).
+//! Random draws for jitter, injectable so tests can assert exact delays.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};

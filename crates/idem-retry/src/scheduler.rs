@@ -1,4 +1,4 @@
-//! Where retry delays are waited out (R4).
+//! Where retry delays are waited out.
 //!
 //! # Why the retrier never sleeps
 //!

@@ -26,7 +26,7 @@ pub struct RetryStats {
     pub deadline: u64,
     /// Calls given up because the budget refused.
     pub budget: u64,
-    /// Calls given up because the server's pushback said not to retry (R8).
+    /// Calls given up because the server's pushback said not to retry.
     pub pushback: u64,
 }
 

@@ -1,5 +1,5 @@
 //! A toy authentication layer: `authorization: Bearer <tenant>` becomes a [`Tenant`] request
-//! extension (T1a). A real one checks a token.
+//! extension. A real one checks a token.
 //!
 //! As RFC 9110 says: the scheme name is case-insensitive (`bearer`, `BEARER` work too), and every
 //! HTTP 401 that passes back out carries `WWW-Authenticate: Bearer realm="shop"`.

@@ -1,4 +1,4 @@
-//! The shop over HTTP (axum) behind the idem layer: `Idempotency-Key` on `POST`s (T2).
+//! The shop over HTTP (axum) behind the idem layer: `Idempotency-Key` on `POST`s.
 //!
 //! | route | what |
 //! |---|---|

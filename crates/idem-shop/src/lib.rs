@@ -14,7 +14,7 @@
 //! * [`redis_server`]: a `redis-server` of the demo's own, for the two-instance mode.
 //! * [`args`]: the example servers' command line (`--serve`, `--addr`, `--redis`).
 //! * [`auth`]: a toy authentication layer that puts a [`Tenant`](idem_tower::Tenant) in the
-//!   request's extensions (T1a).
+//!   request's extensions.
 
 pub mod args;
 pub mod auth;

@@ -6,7 +6,7 @@
 //! | fault | what the client sees | did the server run it? |
 //! |---|---|---|
 //! | drop before send | connection reset; the request never left the proxy | no |
-//! | drop after send | connection reset when the answer starts | yes: an unknown outcome (S3) |
+//! | drop after send | connection reset when the answer starts | yes: an unknown outcome |
 //! | slow | the answer is held for `slow_by` (past the client's attempt timeout) | yes |
 //!
 //! Frames are never reordered (HPACK state is per connection), so a held answer also holds the

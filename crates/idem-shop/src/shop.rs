@@ -34,7 +34,7 @@ struct State {
     work: Duration,
 }
 
-/// A `tonic::Status` with an `idem-reason` (read by the client layer's classifier, R2).
+/// A `tonic::Status` with an `idem-reason` (read by the client layer's classifier).
 pub fn status_with_reason(code: tonic::Code, message: &str, reason: &str) -> Status {
     let mut md = tonic::metadata::MetadataMap::new();
     if let Ok(v) = reason.parse() {

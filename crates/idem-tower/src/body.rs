@@ -83,7 +83,7 @@ pub type RequestBody<B> = Either<B, Full<Bytes>>;
 /// response too large to store, a [`StreamedBody`] carrying it on to the caller that ran it.
 pub type ResponseBody<B> = Either<B, Either<ReplayBody, StreamedBody<B>>>;
 
-/// A response body the server layer read part of (up to its stored-bytes limit, E16) and then
+/// A response body the server layer read part of (up to its stored-bytes limit) and then
 /// passes on as the inner service sends it: the frames read so far, then the rest of the body.
 #[derive(Debug)]
 pub struct StreamedBody<B> {

@@ -1,4 +1,4 @@
-//! The server layer's request fingerprint: the whole request, not just its body (K5, K6).
+//! The server layer's request fingerprint: the whole request, not just its body.
 //! See [`request_fingerprint`] for what it covers and how it is encoded.
 
 use http::{HeaderMap, HeaderName, Method, Uri};

@@ -1,18 +1,18 @@
 //! Header names idem reads and writes, in one place, as `http::HeaderName`s (the names shared
 //! with idem's other crates are [`idem_core::headers`]'s).
 //!
-//! | name | direction | meaning | requirement |
-//! |---|---|---|---|
-//! | [`GRPC_KEY`] `x-idempotency-key` | request | the key on gRPC routes | T1 |
-//! | [`HTTP_KEY`] `idempotency-key` | request | the key on HTTP routes (sf-string or token) | T1, T2 |
-//! | [`TENANT`] `x-tenant-id` | request | the tenant, **only** when opted in ([`TenantSource::Header`](crate::TenantSource::Header)) | T1a |
-//! | [`REPLAYED`] `idempotent-replayed` | response | `true` on a joined or replayed result | T1 |
-//! | [`EXPIRES_AT`] `idempotent-expires-at` | response | HTTP-date when the stored result expires (left out for another instance's result, whose expiry this instance does not know) | T1 |
-//! | [`REASON`] `idem-reason` | response | machine-readable reason of an error (`ENGINE_FULL`, ...) | R2 |
-//! | [`GRPC_PUSHBACK_MS`] `grpc-retry-pushback-ms` | response | gRPC retry-after in milliseconds (gRFC A6) | R2 |
-//! | [`RETRY_AFTER`] `retry-after` | response | HTTP retry-after in seconds | R2 |
-//! | [`GRPC_PREVIOUS_ATTEMPTS`] `grpc-previous-rpc-attempts` | request | attempts made before this one | R6 |
-//! | [`GRPC_TIMEOUT`] `grpc-timeout` | request | the call's remaining deadline | T3 |
+//! | name | direction | meaning |
+//! |---|---|---|
+//! | [`GRPC_KEY`] `x-idempotency-key` | request | the key on gRPC routes |
+//! | [`HTTP_KEY`] `idempotency-key` | request | the key on HTTP routes (sf-string or token) |
+//! | [`TENANT`] `x-tenant-id` | request | the tenant, **only** when opted in ([`TenantSource::Header`](crate::TenantSource::Header)) |
+//! | [`REPLAYED`] `idempotent-replayed` | response | `true` on a joined or replayed result |
+//! | [`EXPIRES_AT`] `idempotent-expires-at` | response | HTTP-date when the stored result expires (left out for another instance's result, whose expiry this instance does not know) |
+//! | [`REASON`] `idem-reason` | response | machine-readable reason of an error (`ENGINE_FULL`, ...) |
+//! | [`GRPC_PUSHBACK_MS`] `grpc-retry-pushback-ms` | response | gRPC retry-after in milliseconds (gRFC A6) |
+//! | [`RETRY_AFTER`] `retry-after` | response | HTTP retry-after in seconds |
+//! | [`GRPC_PREVIOUS_ATTEMPTS`] `grpc-previous-rpc-attempts` | request | attempts made before this one |
+//! | [`GRPC_TIMEOUT`] `grpc-timeout` | request | the call's remaining deadline |
 
 use http::HeaderName;
 

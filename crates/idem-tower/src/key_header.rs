@@ -1,9 +1,9 @@
-//! Reading the idempotency key from a request header (T2).
+//! Reading the idempotency key from a request header.
 
 use http::{HeaderMap, HeaderName};
 use idem_core::{IdempotencyKey, KeyHeaderError};
 
-/// Reads the key from `headers[name]` (T2).
+/// Reads the key from `headers[name]`.
 ///
 /// The value is an RFC 8941 sf-string (`"3f1c2b7e-..."`, as the IETF draft says) or a bare token
 /// (as Stripe's clients send), read exactly as sent

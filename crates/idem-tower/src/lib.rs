@@ -5,11 +5,10 @@
 //! * **[`IdemLayer`]** (server): for each write it reads the tenant, the idempotency key and the
 //!   body, and runs the inner service through an idem [`Engine`](idem_dedup::Engine) — once per
 //!   (tenant, method, key). Duplicates get the stored response, byte for byte (status, headers,
-//!   body, trailers), marked `idempotent-replayed: true` (T1, T1a, T2).
+//!   body, trailers), marked `idempotent-replayed: true`.
 //! * **[`RetryLayer`]** (client): gives each logical write one key, sends it on every attempt with
 //!   `grpc-previous-rpc-attempts` and the remaining deadline as `grpc-timeout`, and retries by
-//!   idem-retry's rules: gRPC status, HTTP status, transport errors, pushback, shared budget
-//!   (T3, R1–R6).
+//!   idem-retry's rules: gRPC status, HTTP status, transport errors, pushback, shared budget.
 //!
 //! Together they make retried writes safe: *effectively-once* = at-least-once delivery (the client
 //! layer) + a stable key (one per intent) + server-side deduplication (the server layer).
@@ -63,7 +62,7 @@
 //! | `idem-retry` | the policy, classifier, budget and retrier [`RetryLayer`] drives |
 //! | `idem-tower` | the wire: headers, tenants, bodies, trailers, gRPC and HTTP errors |
 //!
-//! ## Server layer, in order (T1, T1a, T2)
+//! ## Server layer, in order
 //!
 //! | step | refused with (gRPC / HTTP) |
 //! |---|---|
@@ -72,11 +71,11 @@
 //! | not listed by [`Writes`], keyed: a key declares a write | deduplicated, as every write below |
 //! | no tenant ([`TenantSource`]: a [`Tenant`] extension by default, set by a layer *outside* this one such as [`SetTenantLayer`]; a header only by opt-in) | `UNAUTHENTICATED` / 401 |
 //! | no key header | `INVALID_ARGUMENT` / 400 |
-//! | bad key (K1), repeated header, bad sf-string | `INVALID_ARGUMENT` / 400 |
+//! | bad key, repeated header, bad sf-string | `INVALID_ARGUMENT` / 400 |
 //! | body over the limit (refused unread, or read only up to the limit) | `INVALID_ARGUMENT` / 413 |
-//! | same key, other body (K4) | `FAILED_PRECONDITION` / 422 |
-//! | same key in flight, engine set to `Reject` (E14) | `ABORTED` / 409 + retry-after |
-//! | engine full (E7) | `RESOURCE_EXHAUSTED` / 429 + retry-after |
+//! | same key, other body | `FAILED_PRECONDITION` / 422 |
+//! | same key in flight, engine set to `Reject` | `ABORTED` / 409 + retry-after |
+//! | engine full | `RESOURCE_EXHAUSTED` / 429 + retry-after |
 //! | otherwise | runs once; duplicates join or replay |
 //!
 //! Errors name the rule in `grpc-message` (gRPC) or in an RFC 9457 `application/problem+json`
@@ -85,10 +84,10 @@
 //! `INVALID_ARGUMENT` rather than gRPC's usual `RESOURCE_EXHAUSTED`, because no retry can fix it.
 //!
 //! Stored: successes (gRPC `grpc-status: 0`, HTTP 2xx) and the codes you declare permanent
-//! ([`IdemLayerBuilder::store_failures`], E13). Retryable failures (`UNAVAILABLE`, ...) are
+//! ([`IdemLayerBuilder::store_failures`]). Retryable failures (`UNAVAILABLE`,...) are
 //! passed on and never stored, so the client's retry runs again.
 //!
-//! ## Retry at one layer only (R7)
+//! ## Retry at one layer only
 //!
 //! Retries multiply across layers. A gateway, an order service and a stock service that each make
 //! 3 attempts turn one failing stock call into 3 × 3 × 3 = 27 calls — 3ⁿ for n layers — at the
@@ -96,7 +95,7 @@
 //! its inner service at most once per request and reports failures at once. Retry in the
 //! outermost client, with [`RetryLayer`], under a shared [`RetryBudget`](idem_retry::RetryBudget).
 //!
-//! ## Client layer (T3, R6)
+//! ## Client layer
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {

@@ -1,4 +1,4 @@
-//! Errors the server layer answers itself, as gRPC statuses or HTTP problem+json (T2).
+//! Errors the server layer answers itself, as gRPC statuses or HTTP problem+json.
 
 use http::{HeaderValue, Response, StatusCode};
 use idem_core::{Code, Status};
@@ -7,7 +7,7 @@ use crate::body::ReplayBody;
 use crate::{headers, Protocol};
 
 /// An error response the way the server layer answers its own refusals, for middleware of your
-/// own that must answer like it (T2, T6): on gRPC a trailers-only response whose
+/// own that must answer like it: on gRPC a trailers-only response whose
 /// `grpc-status-details-bin` (with feature `grpc`, the default) carries a `google.rpc.Status` with `ErrorInfo` (the status' reason,
 /// domain [`ERROR_DOMAIN`](idem_core::ERROR_DOMAIN)) and `RetryInfo` (its retry-after); on HTTP an RFC 9457
 /// `application/problem+json` document with `Retry-After`.

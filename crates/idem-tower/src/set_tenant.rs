@@ -1,5 +1,5 @@
 //! [`SetTenantLayer`]: the tenant from a request's headers (gRPC metadata), set *outside* the
-//! server layer (T1a).
+//! server layer.
 
 use std::fmt;
 use std::sync::Arc;

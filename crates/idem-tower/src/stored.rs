@@ -1,4 +1,4 @@
-//! A whole response as the engine stores it: status, headers, body and trailers (T1).
+//! A whole response as the engine stores it: status, headers, body and trailers.
 
 use std::cell::RefCell;
 use std::fmt;
@@ -11,7 +11,7 @@ use http::{HeaderMap, HeaderValue, Response, StatusCode, Version};
 use crate::body::ReplayBody;
 use crate::headers;
 
-/// A response stored by the server layer, shared (not copied) by every replay (E11).
+/// A response stored by the server layer, shared (not copied) by every replay.
 ///
 /// It keeps what a client can observe: the HTTP status, the headers, the body bytes and the
 /// trailers — gRPC's `grpc-status` lives in the trailers, or in the headers of a trailers-only

@@ -1,4 +1,4 @@
-//! Where the tenant of a request comes from (T1a).
+//! Where the tenant of a request comes from.
 
 use std::fmt;
 use std::sync::Arc;
@@ -6,7 +6,7 @@ use std::sync::Arc;
 use http::HeaderName;
 
 /// The authenticated tenant of a request, put in the request's extensions by your authentication
-/// layer (T1a). The server layer files every stored result under it, so one tenant can never
+/// layer. The server layer files every stored result under it, so one tenant can never
 /// replay another's response by guessing or deriving its key.
 ///
 /// The authentication must run *before* the server layer, as a layer outside it: the server
@@ -25,7 +25,7 @@ use http::HeaderName;
 pub struct Tenant(Arc<str>);
 
 impl Tenant {
-    /// A tenant id (validated when the scope is built: non-empty, length-limited, K3).
+    /// A tenant id (validated when the scope is built: non-empty, length-limited).
     pub fn new(id: impl Into<Arc<str>>) -> Self {
         Tenant(id.into())
     }
@@ -42,7 +42,7 @@ impl fmt::Debug for Tenant {
     }
 }
 
-/// Where the server layer finds the tenant (T1a). A write with no tenant is refused
+/// Where the server layer finds the tenant. A write with no tenant is refused
 /// (`UNAUTHENTICATED` / 401), never filed under a shared default.
 ///
 /// # Default

@@ -30,18 +30,18 @@ pub(crate) struct TxConfig {
 ///
 /// | setting | default | |
 /// |---|---|---|
-/// | [`ttl`](Self::ttl) | 24 h: records live this long, counted from the commit | E2 |
-/// | [`max_wait`](Self::max_wait) | 30 s: longest wait for another transaction of the same scope | D2 |
-/// | [`lease`](Self::lease) | 30 s: longest a run's transaction may sit idle before the server ends it | D4 |
-/// | [`poll_interval`](Self::poll_interval) | 10 ms doubling to 250 ms: waits for a remote-tier claim of the scope | D2 |
-/// | [`local`](Self::local) | [`LocalCache`]'s defaults: copies kept 5 min (at most the `ttl`), replayed without a query; 1,000,000 entries; available parallelism; a local run's lease `max_wait` + `lease` + 4 × `query_timeout` + 5 s | D6 |
-/// | [`name`](Self::name) | `"default"`, for its local engine's metrics and spans | E9, E15 |
-/// | [`scope_logging`](Self::scope_logging) | [`ScopeLogging::Digest`] | E15 |
-/// | [`codec`](Self::codec) | [`BytesCodec`] (`Vec<u8>`, `String`; `idem-tower` adds its stored responses) | D1 |
+/// | [`ttl`](Self::ttl) | 24 h: records live this long, counted from the commit | |
+/// | [`max_wait`](Self::max_wait) | 30 s: longest wait for another transaction of the same scope | |
+/// | [`lease`](Self::lease) | 30 s: longest a run's transaction may sit idle before the server ends it | |
+/// | [`poll_interval`](Self::poll_interval) | 10 ms doubling to 250 ms: waits for a remote-tier claim of the scope | |
+/// | [`local`](Self::local) | [`LocalCache`]'s defaults: copies kept 5 min (at most the `ttl`), replayed without a query; 1,000,000 entries; available parallelism; a local run's lease `max_wait` + `lease` + 4 × `query_timeout` + 5 s | |
+/// | [`name`](Self::name) | `"default"`, for its local engine's metrics and spans | |
+/// | [`scope_logging`](Self::scope_logging) | [`ScopeLogging::Digest`] | |
+/// | [`codec`](Self::codec) | [`BytesCodec`] (`Vec<u8>`, `String`; `idem-tower` adds its stored responses) | |
 /// | [`schema`](Self::schema) | `idem` | |
-/// | [`query_timeout`](Self::query_timeout) | 1 s: every statement idem sends (BEGIN, the claim, the record with the COMMIT) | D3 |
+/// | [`query_timeout`](Self::query_timeout) | 1 s: every statement idem sends (BEGIN, the claim, the record with the COMMIT) | |
 /// | [`apply_schema`](Self::apply_schema) | yes | `build` runs [`migrate`](crate::migrate) |
-/// | [`sweep_every`](Self::sweep_every), [`sweep_batch`](Self::sweep_batch) | 60 s, 1,000 rows | Z3 |
+/// | [`sweep_every`](Self::sweep_every), [`sweep_batch`](Self::sweep_batch) | 60 s, 1,000 rows | |
 ///
 /// The local copy's TTL is short by default because the local engine is a cache in front of the
 /// table: a result it no longer holds costs one transaction to replay, while a local engine
@@ -112,7 +112,7 @@ impl<V, C> PgEngineBuilder<V, C> {
         }
     }
 
-    /// How long records live in the table, counted from the commit (E2). Default: 24 h.
+    /// How long records live in the table, counted from the commit. Default: 24 h.
     pub const fn ttl(mut self, d: Duration) -> Self {
         self.cfg.ttl = d;
         self

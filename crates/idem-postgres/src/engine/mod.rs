@@ -1,5 +1,5 @@
 //! [`PgEngine`]: the transactional mode. The action runs in a transaction, and the scope's
-//! record is written in that same transaction (D4 b).
+//! record is written in that same transaction.
 
 mod builder;
 mod call;
@@ -46,7 +46,7 @@ impl<V, C> Drop for Inner<V, C> {
 
 /// Effectively-once writes whose record commits with the side effect: the action runs inside a
 /// PostgreSQL transaction, and idem writes the scope's record in that same transaction, then
-/// commits once (D4 b). Either the side effect and its record are both committed, or neither
+/// commits once. Either the side effect and its record are both committed, or neither
 /// is; a crash at any point leaves one or the other state, and the next call replays or runs
 /// once.
 ///
@@ -97,7 +97,7 @@ impl<V, C> Drop for Inner<V, C> {
 ///
 /// # Cancellation safety
 ///
-/// As [`Engine::execute`]: a dropped call's run continues in a task (E5), and its transaction
+/// As [`Engine::execute`]: a dropped call's run continues in a task, and its transaction
 /// commits or rolls back as a whole.
 pub struct PgEngine<V, C = BytesCodec> {
     inner: Arc<Inner<V, C>>,
@@ -145,7 +145,7 @@ where
     C: Codec<V>,
 {
     /// Runs `action` once for `scope` across every instance on the database, inside a
-    /// transaction that also receives the scope's record (D4 b); or replays the committed
+    /// transaction that also receives the scope's record; or replays the committed
     /// result. The action gets the transaction and the claim's fencing token.
     ///
     /// # Errors
@@ -208,7 +208,7 @@ where
     }
 
     /// As [`execute`](Self::execute), but this caller stops waiting at `deadline` with
-    /// [`DedupError::DeadlineExceeded`] (E5); the run goes on and commits or rolls back as a
+    /// [`DedupError::DeadlineExceeded`]; the run goes on and commits or rolls back as a
     /// whole.
     ///
     /// # Errors
@@ -228,7 +228,7 @@ where
         self.call(scope, fingerprint, Some(deadline), action).await
     }
 
-    /// What is held for `scope`: this instance's copy or run, else the table's record (E13).
+    /// What is held for `scope`: this instance's copy or run, else the table's record.
     ///
     /// # Errors
     ///
@@ -266,7 +266,7 @@ where
     }
 
     /// Removes this instance's copy and the table's record of `scope`; returns whether there
-    /// was either (E3, E13). The next call, on any instance, runs the action again (other
+    /// was either. The next call, on any instance, runs the action again (other
     /// instances' copies live on until their local TTL). A transaction of the scope still
     /// running commits its record when it ends.
     ///
@@ -295,7 +295,7 @@ where
         self.inner.db.queries()
     }
 
-    /// The local engine's counts (E9).
+    /// The local engine's counts.
     pub fn local_stats(&self) -> Stats {
         self.inner.local.stats()
     }
@@ -319,7 +319,7 @@ where
         sweeper::sweep_once(&self.inner.db, Default::default()).await
     }
 
-    /// Shuts the local engine down (E10); transactions still running commit or roll back.
+    /// Shuts the local engine down; transactions still running commit or roll back.
     pub async fn shutdown(&self, grace: Duration) -> idem_dedup::ShutdownReport {
         self.inner.local.shutdown(grace).await
     }

@@ -1,5 +1,5 @@
 //! The local leader's transactional run: BEGIN, claim under the scope's lock, the action, the
-//! record, COMMIT — or the stored result, a conflict, or a wait (D4 b).
+//! record, COMMIT — or the stored result, a conflict, or a wait.
 
 use std::fmt;
 use std::future::Future;

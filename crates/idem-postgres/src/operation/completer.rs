@@ -1,4 +1,4 @@
-//! [`Completer`]: finishes operations their callers left unfinished (D7).
+//! [`Completer`]: finishes operations their callers left unfinished.
 //!
 //! A client that gives up after a crash of the run leaves an operation half done: stock
 //! reserved, maybe charged, no order. Nobody retries it. A completer is a bounded background

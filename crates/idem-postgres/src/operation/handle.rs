@@ -1,4 +1,4 @@
-//! [`Operation`]: the handle a multi-step operation's handler runs its steps through (D7).
+//! [`Operation`]: the handle a multi-step operation's handler runs its steps through.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;

@@ -1,4 +1,4 @@
-//! Multi-step operations with recovery points (D7): a handler that mixes writes to this database
+//! Multi-step operations with recovery points: a handler that mixes writes to this database
 //! with calls to other services, run effectively once as a whole.
 //!
 //! # Why

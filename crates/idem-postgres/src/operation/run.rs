@@ -1,4 +1,4 @@
-//! The local leader's run of a multi-step operation (D7): claim the scope with a lease (waiting
+//! The local leader's run of a multi-step operation: claim the scope with a lease (waiting
 //! while another run holds it), begin or resume the operation, run the handler with its lease
 //! renewed, then store the result fenced on the claim — or release the claim after a failure.
 

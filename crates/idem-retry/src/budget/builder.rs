@@ -37,7 +37,7 @@ impl RetryBudgetBuilder {
         self
     }
 
-    /// The floor: retries per second allowed whatever the ratio says (R5). Default: 10
+    /// The floor: retries per second allowed whatever the ratio says. Default: 10
     /// ([`DEFAULT_MIN_RETRIES_PER_SEC`]); 0 = no floor.
     ///
     /// Exactly: a token bucket that holds at most `n` tokens, starts full and refills at `n`

@@ -1,4 +1,4 @@
-//! The retry budget: a cap on retries across all calls (R5).
+//! The retry budget: a cap on retries across all calls.
 //!
 //! # Why a budget and not only max attempts?
 //!
@@ -23,15 +23,15 @@ use tokio::time::Instant;
 pub use builder::RetryBudgetBuilder;
 use window::Window;
 
-/// Default cap on retries as a fraction of requests in the window (R5).
+/// Default cap on retries as a fraction of requests in the window.
 pub const DEFAULT_BUDGET_RATIO: f64 = 0.1;
 /// Default floor: 10 retries per second always allowed, whatever the ratio says, in bursts of at
-/// most 10 (R5; see [`RetryBudgetBuilder::min_per_sec`]).
+/// most 10 (see [`RetryBudgetBuilder::min_per_sec`]).
 pub const DEFAULT_MIN_RETRIES_PER_SEC: u32 = 10;
-/// Default length of the sliding window (R5).
+/// Default length of the sliding window.
 pub const DEFAULT_BUDGET_WINDOW: Duration = Duration::from_secs(10);
 
-/// A sliding-window retry budget, shared by every call and task that holds a clone (R5).
+/// A sliding-window retry budget, shared by every call and task that holds a clone.
 ///
 /// Each call [`deposit`](Self::deposit)s once; each retry must [`try_withdraw`](Self::try_withdraw).
 /// A withdrawal is allowed when either

@@ -1,5 +1,5 @@
-//! Recent latencies of successful attempts, per target: what an adaptive hedging delay (R9) and
-//! the deadline-aware attempt rule (R10) read.
+//! Recent latencies of successful attempts, per target: what an adaptive hedging delay and
+//! the deadline-aware attempt rule read.
 //!
 //! # Why a rotating window and a minimum
 //!

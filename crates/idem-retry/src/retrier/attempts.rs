@@ -16,7 +16,7 @@ use crate::metrics::GiveUp;
 use crate::scheduler::Scheduler;
 
 impl<S: Scheduler> Retrier<S> {
-    /// A retried call in its span (E15): `idem_retry.call`, at `DEBUG`, with the call's
+    /// A retried call in its span: `idem_retry.call`, at `DEBUG`, with the call's
     /// kind, and, once it ends, its attempts and its outcome (`ok`, or why it gave up).
     pub(super) async fn run<T, E, F, Fut, R>(
         &self,
@@ -141,7 +141,7 @@ impl<S: Scheduler> Retrier<S> {
         }
     }
 
-    /// Ends a call on `err`. A `DEBUG` event, whatever the reason (E15): a spent budget is
+    /// Ends a call on `err`. A `DEBUG` event, whatever the reason: a spent budget is
     /// the budget doing its job in an outage, one event per call, so not a warning; alert on
     /// `idem_retry_give_ups_total{reason="budget"}` instead.
     pub(super) fn give_up<T, E: Classify>(

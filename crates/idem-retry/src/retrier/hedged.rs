@@ -1,4 +1,4 @@
-//! One hedged call (R9): copies sent after the hedging delay, the first success taken, the rest
+//! One hedged call: copies sent after the hedging delay, the first success taken, the rest
 //! dropped.
 
 use std::future::{poll_fn, Future};
@@ -21,7 +21,7 @@ use crate::metrics::GiveUp;
 use crate::scheduler::Scheduler;
 
 impl<S: Scheduler> Retrier<S> {
-    /// Runs `op` for `call` hedged by `hedging` (R9): the first copy at once; while no copy has
+    /// Runs `op` for `call` hedged by `hedging`: the first copy at once; while no copy has
     /// succeeded, the next after the hedging delay, each with the call's key and the next attempt
     /// number, up to the policy's copies. The first success is returned and the copies still in
     /// flight are dropped; a fatal failure of any copy ends the call at once (see

@@ -1,5 +1,5 @@
 //! The retrier: runs an async operation, retrying it by the policy, the classifier, the deadline
-//! and the budget, waiting through the scheduler (R1–R6, S2, S3).
+//! and the budget, waiting through the scheduler.
 
 mod attempts;
 mod hedged;
@@ -22,22 +22,22 @@ use refresh::{NoRefresh, WithRefresh};
 /// without tower.
 ///
 /// For each call: the first attempt always runs. After a failure the retrier
-/// 1. [`classify`](crate::classify)s it against the [`Call`] (R2, S2, S3), and stops if it is not retryable
-///    or the server's pushback forbids a retry (R8);
+/// 1. [`classify`](crate::classify)s it against the [`Call`], and stops if it is not retryable
+///    or the server's pushback forbids a retry;
 /// 2. stops if the attempts are used up, or if the remaining deadline does not cover the wait plus
-///    the policy's minimum attempt time (R3) — never starting a hopeless attempt, never
+///    the policy's minimum attempt time — never starting a hopeless attempt, never
 ///    waiting past the deadline;
-/// 3. asks the [`RetryBudget`] for a retry (R5), and stops if refused;
-/// 4. waits through the [`Scheduler`] (R4): exactly the server's pushback if it sent one,
+/// 3. asks the [`RetryBudget`] for a retry, and stops if refused;
+/// 4. waits through the [`Scheduler`]: exactly the server's pushback if it sent one,
 ///    else the policy's backoff. The backoff counts the failures since the last pushback, so the
-///    first backoff after a pushback is the base delay again, then ×2, ... (gRPC A6, R8);
+///    first backoff after a pushback is the base delay again, then ×2,... (gRPC A6);
 /// 5. for `ABORTED`, runs the caller's refresh step ([`call_with_refresh`](Self::call_with_refresh));
-/// 6. runs the next attempt with the **same key** and the next attempt number (R6).
+/// 6. runs the next attempt with the **same key** and the next attempt number.
 ///
 /// When it stops it returns the last error unchanged and counts why ([`GiveUp`](crate::GiveUp));
 /// [`call_reporting`](Self::call_reporting) returns the why and the attempt count with it.
 ///
-/// Clones share the policy, budget, scheduler and counters. Retry at one layer only (R7): a
+/// Clones share the policy, budget, scheduler and counters. Retry at one layer only: a
 /// retrier inside a server handler multiplies with the client's.
 ///
 /// # Default
@@ -157,8 +157,7 @@ impl<S> Retrier<S> {
     }
 
     /// The least time left for which an attempt of `call` is started: the policy's observed
-    /// quantile of the call's target when it is set and known (R10), else its fixed minimum
-    /// (R3).
+    /// quantile of the call's target when it is set and known, else its fixed minimum.
     pub fn min_attempt_time(&self, call: &Call) -> std::time::Duration {
         let observed = match (
             self.policy.observed_min_attempt(),

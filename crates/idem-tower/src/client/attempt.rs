@@ -121,7 +121,7 @@ where
     })
 }
 
-/// A transport error: the request may or may not have reached the server (S3), so it is
+/// A transport error: the request may or may not have reached the server, so it is
 /// `UNAVAILABLE` with reason `UNKNOWN_OUTCOME` — retried only for keyed or idempotent calls.
 fn transport<E: Into<BoxError>>(e: E) -> AttemptError {
     let e: BoxError = e.into();

@@ -120,7 +120,7 @@ impl CallFailed {
 
     /// Why no further attempt was made: the failure was not retryable, no attempts were left, the
     /// deadline left no room, the retry budget was spent, or the server's pushback said not to
-    /// retry (R3, R5, R8).
+    /// retry.
     pub const fn reason(&self) -> GiveUp {
         self.gave_up.reason()
     }

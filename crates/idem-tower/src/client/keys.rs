@@ -9,7 +9,7 @@ use crate::client::{MissingKey, RetryLayer};
 use crate::Protocol;
 
 /// Inside a run, the key a write without one gets: derived from the run by its target (the gRPC
-/// method, or the HTTP method and path) and its step name, if the request names one (K7).
+/// method, or the HTTP method and path) and its step name, if the request names one.
 /// `None` outside a run, for reads, and for writes that carry a key (kept as they are).
 pub(super) fn derived_key<B>(layer: &RetryLayer, req: &Request<B>) -> Option<IdempotencyKey> {
     let cfg = &layer.cfg;

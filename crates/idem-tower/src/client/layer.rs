@@ -22,7 +22,7 @@ pub enum MissingKey {
     /// attempt: effectively-once. The default.
     #[default]
     Generate,
-    /// Send the write once and never retry it: at-most-once (S2).
+    /// Send the write once and never retry it: at-most-once.
     SendOnce,
 }
 
@@ -38,7 +38,7 @@ pub(crate) struct ClientConfig {
 }
 
 /// A tower [`Layer`] for clients: one key per logical write, the same key on every attempt,
-/// retries decided by idem-retry, the server's pushback obeyed (T3, R1–R6, R8). A success
+/// retries decided by idem-retry, the server's pushback obeyed. A success
 /// carries a [`CallReport`](crate::CallReport); a call given up on ends in a
 /// [`CallFailed`](crate::CallFailed) error. See [`RetryService`].
 ///
@@ -46,17 +46,17 @@ pub(crate) struct ClientConfig {
 ///
 /// # Default
 ///
-/// | setting | default | requirement |
-/// |---|---|---|
-/// | [`policy`](RetryLayerBuilder::policy) | [`RetryPolicy::default`]: 3 attempts, 20 ms, ×2, 1 s cap, ±20%, 50 ms minimum attempt | R1, R3 |
-/// | [`budget`](RetryLayerBuilder::budget) | [`RetryBudget::new`]: 10% of calls, a floor of 10 retries/s (bursts of at most 10), 10 s window | R5 |
-/// | [`writes`](RetryLayerBuilder::writes) | HTTP `POST`/`PATCH`; no gRPC method ([`Writes`]) | T3 |
-/// | [`call_timeout`](RetryLayerBuilder::call_timeout) | the request's `grpc-timeout`, else 10 s | T3 |
-/// | [`attempt_timeout`](RetryLayerBuilder::attempt_timeout) | none: an attempt may use all the time left | T3 |
-/// | [`missing_key`](RetryLayerBuilder::missing_key) | [`MissingKey::Generate`]: a write without a key gets a random one | K2, T3 |
-/// | [`hedging`](RetryLayerBuilder::hedging) | none: calls are retried, never hedged | R9 |
-/// | [`latencies`](RetryLayerBuilder::latencies) | a [`LatencyTracker::new`] (10 s periods, 100 samples) when hedging at a percentile or [`observed_min_attempt`](idem_retry::RetryPolicyBuilder::observed_min_attempt) is set; else none | R9, R10 |
-/// | key headers | `x-idempotency-key` (gRPC), `idempotency-key` (HTTP, sent as an sf-string) | T1 |
+/// | setting | default |
+/// |---|---|
+/// | [`policy`](RetryLayerBuilder::policy) | [`RetryPolicy::default`]: 3 attempts, 20 ms, ×2, 1 s cap, ±20%, 50 ms minimum attempt |
+/// | [`budget`](RetryLayerBuilder::budget) | [`RetryBudget::new`]: 10% of calls, a floor of 10 retries/s (bursts of at most 10), 10 s window |
+/// | [`writes`](RetryLayerBuilder::writes) | HTTP `POST`/`PATCH`; no gRPC method ([`Writes`]) |
+/// | [`call_timeout`](RetryLayerBuilder::call_timeout) | the request's `grpc-timeout`, else 10 s |
+/// | [`attempt_timeout`](RetryLayerBuilder::attempt_timeout) | none: an attempt may use all the time left |
+/// | [`missing_key`](RetryLayerBuilder::missing_key) | [`MissingKey::Generate`]: a write without a key gets a random one |
+/// | [`hedging`](RetryLayerBuilder::hedging) | none: calls are retried, never hedged |
+/// | [`latencies`](RetryLayerBuilder::latencies) | a [`LatencyTracker::new`] (10 s periods, 100 samples) when hedging at a percentile or [`observed_min_attempt`](idem_retry::RetryPolicyBuilder::observed_min_attempt) is set; else none |
+/// | key headers | `x-idempotency-key` (gRPC), `idempotency-key` (HTTP, sent as an sf-string) |
 ///
 /// # Examples
 ///
@@ -145,13 +145,13 @@ pub struct RetryLayerBuilder {
 }
 
 impl RetryLayerBuilder {
-    /// Attempts and backoff (R1, R3).
+    /// Attempts and backoff.
     pub fn policy(mut self, policy: RetryPolicy) -> Self {
         self.policy = policy;
         self
     }
 
-    /// The retry budget; pass clones of one budget to share it between layers (R5).
+    /// The retry budget; pass clones of one budget to share it between layers.
     pub fn budget(mut self, budget: RetryBudget) -> Self {
         self.budget = budget;
         self
@@ -195,7 +195,7 @@ impl RetryLayerBuilder {
         self
     }
 
-    /// Hedges every read and every keyed write by `policy` instead of retrying it (R9): a copy
+    /// Hedges every read and every keyed write by `policy` instead of retrying it: a copy
     /// with the same key and the next `grpc-previous-rpc-attempts` after the hedging delay, the
     /// first success taken, the other copies dropped. A write without a key is never hedged (it
     /// is sent once). See [`RetryService`]'s "Hedging". Default: none.

@@ -1,5 +1,4 @@
-//! The client side: one key per logical write, retries or hedges by idem-retry, pushback obeyed
-//! (T3, R1–R6, R8, R9, R10).
+//! The client side: one key per logical write, retries or hedges by idem-retry, pushback obeyed.
 //!
 //! | file | what |
 //! |---|---|
@@ -44,7 +43,7 @@ use crate::client::keys::derived_key;
 use crate::client::span::{client_span, record_end};
 use crate::BoxError;
 
-/// The service made by [`RetryLayer`]: sends one logical call as one or more attempts (T3).
+/// The service made by [`RetryLayer`]: sends one logical call as one or more attempts.
 ///
 /// For each call:
 /// 1. A write ([`Writes`](crate::Writes)) without a key gets one, made once: inside a run
@@ -53,17 +52,16 @@ use crate::BoxError;
 ///    HTTP method and path) and its place among the run's calls, or the step named by a
 ///    [`StepName`](idem_core::run::StepName) request extension; outside a run a fresh one ([`IdempotencyKey::generate`](idem_core::IdempotencyKey::generate)).
 ///    So a re-run of the inbound intent, on any instance, sends the same keys and the
-///    downstream service replays. A write with a key keeps it. Every attempt carries that same key (R6). A
+///    downstream service replays. A write with a key keeps it. Every attempt carries that same key. A
 ///    write whose key is refused locally, or that has none under [`MissingKey::SendOnce`], is
-///    sent once and never retried (S2). Other calls are retried as idempotent reads.
+///    sent once and never retried. Other calls are retried as idempotent reads.
 /// 2. The call's deadline is the request's `grpc-timeout`, else the layer's call timeout. Each
 ///    gRPC attempt carries `grpc-timeout` (what is left, or the attempt timeout if shorter) and,
-///    from the second on, `grpc-previous-rpc-attempts` (R6).
+///    from the second on, `grpc-previous-rpc-attempts`.
 /// 3. The request body is buffered once and resent on each attempt; each response is buffered
 ///    whole, so its `grpc-status` trailer can be read (meant for unary calls).
-/// 4. After a failure — a gRPC status, an HTTP status, a transport error (an unknown outcome,
-///    S3) or the attempt timing out — the [`Retrier`](idem_retry::Retrier) decides (R2, R3,
-///    R5, R8), the shared budget can refuse, and the server's pushback is obeyed (below).
+/// 4. After a failure — a gRPC status, an HTTP status, a transport error (an unknown outcome)
+///    or the attempt timing out — the [`Retrier`](idem_retry::Retrier) decides, the shared budget can refuse, and the server's pushback is obeyed (below).
 ///
 /// A success is the last attempt's response, with a [`CallReport`] extension (attempts, key).
 /// Anything else is an error that downcasts to [`CallFailed`]: why the layer gave up, after how
@@ -72,7 +70,7 @@ use crate::BoxError;
 /// transport error (the server may have run the call), `UNAVAILABLE` with reason
 /// `UNKNOWN_OUTCOME`, which says to retry with the same key.
 ///
-/// # Pushback (R8, T6)
+/// # Pushback
 ///
 /// | the failed response carries | the next attempt |
 /// |---|---|
@@ -86,7 +84,7 @@ use crate::BoxError;
 /// A pushback still counts against the deadline (a wait that would overrun it ends the call) and
 /// the budget. `RetryInfo` that does not decode is ignored, never a reason to stop.
 ///
-/// # Hedging (R9)
+/// # Hedging
 ///
 /// With [`hedging`](RetryLayerBuilder::hedging) set, a read or a keyed write is hedged instead of
 /// retried ([`Retrier::call_hedged`](idem_retry::Retrier::call_hedged)): while no copy has
@@ -112,7 +110,7 @@ use crate::BoxError;
 /// | budget | each copy after the first is a withdrawal; refused, no more copies |
 /// | pushback | forbids retries: no more copies; a delay: the next copy after it |
 ///
-/// # Tracing and metrics (E15)
+/// # Tracing and metrics
 ///
 /// Each call is a span, `idem_tower.client` (target `idem_tower`, at `DEBUG`), with `protocol`
 /// (`grpc` or `http`), `method` (the HTTP method) and `path` (for gRPC, the method); when the

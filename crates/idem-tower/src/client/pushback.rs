@@ -1,4 +1,4 @@
-//! What a failed gRPC response says about retrying it (R8, T6).
+//! What a failed gRPC response says about retrying it.
 //!
 //! Two places carry a server's pushback:
 //!

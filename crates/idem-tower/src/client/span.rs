@@ -7,7 +7,7 @@ use crate::body::ReplayBody;
 use crate::client::{CallFailed, CallReport};
 use crate::{BoxError, Protocol};
 
-/// The span of one call through the client layer (E15; see [`RetryService`]).
+/// The span of one call through the client layer (see [`RetryService`]).
 pub(super) fn client_span<B>(req: &Request<B>) -> tracing::Span {
     tracing::debug_span!(
         target: "idem_tower",

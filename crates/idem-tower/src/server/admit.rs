@@ -23,7 +23,7 @@ pub(super) fn refusal<B>(
     response.map(|b| Either::Right(Either::Left(b)))
 }
 
-/// The checks a write passes before its body is read (T1a, T2, K3): a tenant, one well-formed
+/// The checks a write passes before its body is read: a tenant, one well-formed
 /// key, a valid scope, a declared length within the limit. Returns the scope, or the refusal.
 // The refusal is the response itself, handed straight back; boxing it would only add an
 // allocation to each refused request.

@@ -1,4 +1,4 @@
-//! Keyed requests the write rule does not list (T7): a key is a declaration of intent, so they
+//! Keyed requests the write rule does not list: a key is a declaration of intent, so they
 //! are deduplicated, unless declared reads; the ones let through are counted and logged.
 
 use http::Request;

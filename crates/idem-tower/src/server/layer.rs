@@ -29,7 +29,7 @@ pub(crate) struct ServerConfig {
     pub(crate) fingerprint_headers: Vec<HeaderName>,
 }
 
-/// A tower [`Layer`] that deduplicates writes through any [`Deduplicator`] (T1, T2, T5): an idem
+/// A tower [`Layer`] that deduplicates writes through any [`Deduplicator`]: an idem
 /// [`Engine`] in one process, or a [`TieredEngine`](idem_dedup::tiered::TieredEngine) over Redis
 /// or PostgreSQL when several instances share the record.
 ///
@@ -40,17 +40,17 @@ pub(crate) struct ServerConfig {
 ///
 /// # Default
 ///
-/// | setting | default | requirement |
-/// |---|---|---|
-/// | [`writes`](IdemLayerBuilder::writes) | HTTP `POST`/`PATCH`; no gRPC method is listed, but every keyed request is a write ([`Writes`]) | T1, T7 |
-/// | [`reads`](IdemLayerBuilder::reads) | none: keyed requests pass through only on HTTP `GET`, `HEAD`, `OPTIONS`, `TRACE`, counted ([`Reads`]) | T7 |
-/// | [`grpc_key_header`](IdemLayerBuilder::grpc_key_header) | `x-idempotency-key` | T1 |
-/// | [`http_key_header`](IdemLayerBuilder::http_key_header) | `idempotency-key` | T1, T2 |
-/// | [`tenant`](IdemLayerBuilder::tenant) | the [`Tenant`](crate::Tenant) request extension | T1a |
-/// | [`max_body_bytes`](IdemLayerBuilder::max_body_bytes) | 1 MiB | T2 |
-/// | [`max_stored_bytes`](IdemLayerBuilder::max_stored_bytes) | 1 MiB | E16 |
-/// | [`fingerprint_headers`](IdemLayerBuilder::fingerprint_headers) | none: method, path and query, body | K6 |
-/// | [`store_failures`](IdemLayerBuilder::store_failures) | none: only successes are stored | E3, E13 |
+/// | setting | default |
+/// |---|---|
+/// | [`writes`](IdemLayerBuilder::writes) | HTTP `POST`/`PATCH`; no gRPC method is listed, but every keyed request is a write ([`Writes`]) |
+/// | [`reads`](IdemLayerBuilder::reads) | none: keyed requests pass through only on HTTP `GET`, `HEAD`, `OPTIONS`, `TRACE`, counted ([`Reads`]) |
+/// | [`grpc_key_header`](IdemLayerBuilder::grpc_key_header) | `x-idempotency-key` |
+/// | [`http_key_header`](IdemLayerBuilder::http_key_header) | `idempotency-key` |
+/// | [`tenant`](IdemLayerBuilder::tenant) | the [`Tenant`](crate::Tenant) request extension |
+/// | [`max_body_bytes`](IdemLayerBuilder::max_body_bytes) | 1 MiB |
+/// | [`max_stored_bytes`](IdemLayerBuilder::max_stored_bytes) | 1 MiB |
+/// | [`fingerprint_headers`](IdemLayerBuilder::fingerprint_headers) | none: method, path and query, body |
+/// | [`store_failures`](IdemLayerBuilder::store_failures) | none: only successes are stored |
 ///
 /// # Examples
 ///
@@ -233,13 +233,13 @@ impl<D> IdemLayerBuilder<D> {
         self
     }
 
-    /// Where the tenant comes from (T1a). Default: the [`Tenant`](crate::Tenant) extension.
+    /// Where the tenant comes from. Default: the [`Tenant`](crate::Tenant) extension.
     pub fn tenant(mut self, source: TenantSource) -> Self {
         self.cfg.tenant = source;
         self
     }
 
-    /// Largest write body accepted; larger ones are refused without being buffered (T2).
+    /// Largest write body accepted; larger ones are refused without being buffered.
     /// Default: 1 MiB.
     pub fn max_body_bytes(mut self, n: usize) -> Self {
         self.cfg.max_body_bytes = n;
@@ -247,7 +247,7 @@ impl<D> IdemLayerBuilder<D> {
     }
 
     /// Failures to store and replay like successes: permanent, deterministic codes such as
-    /// `FAILED_PRECONDITION` (E13). Retryable codes (`UNAVAILABLE`, `RESOURCE_EXHAUSTED`,
+    /// `FAILED_PRECONDITION`. Retryable codes (`UNAVAILABLE`, `RESOURCE_EXHAUSTED`,
     /// `DEADLINE_EXCEEDED`, `ABORTED`) and `OK` are refused by [`build`](Self::build). Default:
     /// none.
     pub fn store_failures(mut self, codes: CodeSet) -> Self {
@@ -255,7 +255,7 @@ impl<D> IdemLayerBuilder<D> {
         self
     }
 
-    /// Largest stored response (body, headers and trailers), E16. A larger response goes to the
+    /// Largest stored response (body, headers and trailers). A larger response goes to the
     /// caller that ran the request, streamed as the handler sends it (the layer buffers at most
     /// this much of it), and in its place the layer stores a compact record: duplicates get
     /// `ALREADY_EXISTS` / HTTP 409 with reason `RESPONSE_NOT_STORED`, saying the request ran once
@@ -267,7 +267,7 @@ impl<D> IdemLayerBuilder<D> {
     }
 
     /// Request headers that are part of the request fingerprint, besides the method, the path
-    /// and query, and the body (K6; see [`request_fingerprint`](crate::request_fingerprint)):
+    /// and query, and the body (see [`request_fingerprint`](crate::request_fingerprint)):
     /// the same key sent with another value of one of them is a conflict. Default: none.
     pub fn fingerprint_headers(mut self, names: impl IntoIterator<Item = HeaderName>) -> Self {
         self.cfg.fingerprint_headers = names.into_iter().collect();

@@ -1,4 +1,4 @@
-//! The server side: deduplicate writes through the engine (T1, T1a, T2, R7).
+//! The server side: deduplicate writes through the engine.
 //!
 //! | file | what |
 //! |---|---|
@@ -44,7 +44,7 @@ use crate::server::write::{write, Job, RunConfig};
 use crate::{BoxError, Protocol, StoredResponse};
 
 /// The service made by [`IdemLayer`]: runs each write once per (tenant, method, key) and replays
-/// the stored response to every duplicate (T1), through any [`Deduplicator`] (T5): the in-process
+/// the stored response to every duplicate, through any [`Deduplicator`]: the in-process
 /// [`Engine`] by default, or a tiered engine over Redis or PostgreSQL.
 ///
 /// A request is a write when the [`Writes`](crate::Writes) rule lists it, or when it carries
@@ -53,15 +53,15 @@ use crate::{BoxError, Protocol, StoredResponse};
 /// Any other request passes through untouched; the keyed ones among them are counted
 /// ([`KEYED_PASSTHROUGH_TOTAL`](crate::metrics::KEYED_PASSTHROUGH_TOTAL)) and logged at `DEBUG`. For a write, in order:
 ///
-/// 1. the tenant ([`TenantSource`](crate::TenantSource)); none → `UNAUTHENTICATED` / 401 (T1a);
+/// 1. the tenant ([`TenantSource`](crate::TenantSource)); none → `UNAUTHENTICATED` / 401;
 /// 2. the key header ([`key_from_headers`](crate::key_from_headers)); missing, malformed or repeated →
-///    `INVALID_ARGUMENT` / 400 (T2);
+///    `INVALID_ARGUMENT` / 400;
 /// 3. the body: a `content-length` over the limit is refused at once, a streamed body is read
-///    only up to the limit → `INVALID_ARGUMENT` / 413 (T2);
+///    only up to the limit → `INVALID_ARGUMENT` / 413;
 /// 4. the engine runs the inner service once for the scope (tenant, request path, key) and body
 ///    fingerprint; duplicates join the run or get the stored response. Same key, other body →
 ///    `FAILED_PRECONDITION` / 422; in flight under `Reject` → `ABORTED` / 409; full →
-///    `RESOURCE_EXHAUSTED` / 429 with retry-after (T2, E7, E14);
+///    `RESOURCE_EXHAUSTED` / 429 with retry-after;
 /// 5. the response — status, headers, body and trailers — is stored if it succeeded (gRPC
 ///    `grpc-status: 0`, HTTP 2xx) or its code was declared permanent
 ///    ([`store_failures`](IdemLayerBuilder::store_failures)); retryable failures are passed on but
@@ -77,7 +77,7 @@ use crate::{BoxError, Protocol, StoredResponse};
 /// decided. Errors are gRPC statuses on gRPC routes (a trailers-only response
 /// whose `grpc-message` names the rule) and `application/problem+json` on HTTP routes.
 ///
-/// # Retry at one layer only (R7)
+/// # Retry at one layer only
 ///
 /// This service never retries: it calls the inner service at most once per request. Retries
 /// belong to the outermost client ([`RetryLayer`](crate::RetryLayer)).
@@ -85,7 +85,7 @@ use crate::{BoxError, Protocol, StoredResponse};
 /// # Cancellation safety
 ///
 /// If the client goes away while its write runs, the engine finishes the run in a task of its own
-/// and stores the response, so the client's retry gets it (E5). A gRPC `grpc-timeout` bounds
+/// and stores the response, so the client's retry gets it. A gRPC `grpc-timeout` bounds
 /// how long a duplicate waits for a run (it then gets `DEADLINE_EXCEEDED`; the run goes on).
 #[derive(Debug, Clone)]
 pub struct IdemService<S, D = Engine<StoredResponse>> {

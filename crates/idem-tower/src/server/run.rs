@@ -15,9 +15,9 @@ use crate::server::write::Job;
 use crate::stored::FailedResponse;
 use crate::{BoxError, StoredResponse};
 
-/// The engine's action: one call of the inner service (R7: once), its response collected up to
+/// The engine's action: one call of the inner service (once), its response collected up to
 /// the stored-bytes limit. Past the limit, the response goes on to the caller streamed, and a
-/// compact record is stored in its place (E16).
+/// compact record is stored in its place.
 pub(super) async fn run_once<S, B, ResB>(
     mut job: Box<Job<S, B, ResB>>,
 ) -> Result<StoredResponse, Status>

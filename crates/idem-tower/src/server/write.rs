@@ -26,7 +26,7 @@ pub(super) struct Job<S, B, ResB> {
     pub(super) inner: S,
     pub(super) request: Request<RequestBody<B>>,
     pub(super) run: RunConfig,
-    /// Where a response too large to store goes to the caller that ran it (E16).
+    /// Where a response too large to store goes to the caller that ran it.
     pub(super) large: Option<oneshot::Sender<Large<ResB>>>,
 }
 

@@ -1,6 +1,9 @@
 //! The chaos run shared by the demo and the Z1 test: a gRPC shop behind the idem layer, a
 //! fault-injecting proxy in front of it, many concurrent clients creating orders through the
-//! client layer, and an exact per-intent check of what happened.
+//! client layer, and an exact per-intent check of what happened. Each order deducts its stock
+//! first in a separate stock service (also behind the idem layer), through the client layer and
+//! without a key; a share of the order runs are lost between that deduction and the order, so
+//! the retry runs the intent again and must replay the deduction, not take the stock twice.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -20,6 +23,7 @@ use crate::faults::StatusFaults;
 use crate::pb::shop_client::ShopClient;
 use crate::pb::CreateOrderRequest;
 use crate::proxy::{ProxyCounts, ProxyFaults};
+use crate::stock::StockLink;
 use crate::{grpc, metrics, Shop, WRITES};
 
 /// Where the server side of a chaos run deduplicates.
@@ -52,6 +56,8 @@ pub struct ChaosConfig {
     pub proxy: ProxyFaults,
     /// Server faults (`UNAVAILABLE`, `RESOURCE_EXHAUSTED` with pushback).
     pub status: StatusFaults,
+    /// The share of order runs lost right after their stock deduction, before their order.
+    pub lost_after_stock: f64,
     /// Time each order takes to create.
     pub work: Duration,
     /// The client layer's per-attempt timeout (slow answers exceed it).
@@ -82,6 +88,7 @@ impl ChaosConfig {
                 pushback: Duration::from_millis(25),
                 seed: seed ^ 0x5EED,
             },
+            lost_after_stock: 0.04,
             work: Duration::from_millis(15),
             attempt_timeout: Duration::from_millis(250),
             max_attempts: 8,
@@ -108,6 +115,10 @@ pub struct ChaosReport {
     pub results: Vec<IntentResult>,
     /// Orders the shop created, per intent.
     pub orders: HashMap<String, Vec<u64>>,
+    /// Stock deductions the stock service made, per intent.
+    pub deductions: HashMap<String, u32>,
+    /// Order runs lost after their deduction (the retry ran the intent again).
+    pub runs_lost: u64,
     /// The client layer's counters.
     pub client: ClientStats,
     /// The (local) engines' counters, summed over instances.
@@ -148,11 +159,23 @@ impl ChaosReport {
         self.orders.values().map(Vec::len).sum()
     }
 
-    /// Every broken promise, per intent: created twice, reported successful but not created (or
-    /// created under another order id), or an order for an unknown intent. Empty when all is well.
+    /// Stock deductions in all.
+    pub fn deductions_total(&self) -> usize {
+        self.deductions.values().map(|&n| n as usize).sum()
+    }
+
+    /// Every broken promise, per intent: created or deducted twice, reported successful but not
+    /// created (or created under another order id) or not deducted exactly once, an order without
+    /// its deduction or for an unknown intent; and, when no intent gave up, deductions, orders
+    /// and successful intents not all equal. Empty when all is well.
     pub fn violations(&self) -> Vec<String> {
         let mut v = Vec::new();
+        let deducted = |intent: &str| self.deductions.get(intent).copied().unwrap_or(0);
         for r in &self.results {
+            let d = deducted(&r.intent);
+            if d > 1 || (r.outcome.is_ok() && d != 1) {
+                v.push(format!("{}: stock deducted {d} times", r.intent));
+            }
             let created = self.orders.get(&r.intent).map(Vec::as_slice).unwrap_or(&[]);
             if created.len() > 1 {
                 v.push(format!(
@@ -177,6 +200,19 @@ impl ChaosReport {
             if !known.contains(intent.as_str()) {
                 v.push(format!("{intent}: an order for an intent nobody made"));
             }
+            if deducted(intent) == 0 {
+                v.push(format!("{intent}: an order without its stock deduction"));
+            }
+        }
+        let (d, o, s) = (
+            self.deductions_total(),
+            self.orders_created(),
+            self.succeeded(),
+        );
+        if self.gave_up() == 0 && (d != o || o != s) {
+            v.push(format!(
+                "{d} deductions, {o} orders and {s} successful intents are not equal"
+            ));
         }
         v
     }
@@ -247,6 +283,10 @@ impl ChaosReport {
                 "faults injected: RESOURCE_EXHAUSTED".into(),
                 self.resource_exhausted.to_string(),
             ),
+            (
+                "faults injected: run lost after its stock call".into(),
+                self.runs_lost.to_string(),
+            ),
             ("server: executed".into(), e.executed.to_string()),
             ("server: replays".into(), e.replayed.to_string()),
             ("server: joins".into(), e.joined.to_string()),
@@ -287,6 +327,27 @@ impl ChaosReport {
             (
                 "orders actually created".into(),
                 self.orders_created().to_string(),
+            ),
+            (
+                "stock deductions (stock service)".into(),
+                self.deductions_total().to_string(),
+            ),
+            (
+                "intents deducted twice".into(),
+                self.deductions
+                    .values()
+                    .filter(|&&n| n > 1)
+                    .count()
+                    .to_string(),
+            ),
+            (
+                "deductions / orders / successful intents".into(),
+                format!(
+                    "{} / {} / {}",
+                    self.deductions_total(),
+                    self.orders_created(),
+                    self.succeeded()
+                ),
             ),
             (
                 "intents created twice".into(),
@@ -339,7 +400,35 @@ pub async fn run(
 ) -> Result<ChaosReport, Box<dyn std::error::Error + Send + Sync>> {
     let handle = metrics::recorder(); // before the engines, so their gauges register
     let metrics_addr = metrics::serve(handle).await?;
-    let shop = Shop::with_work(cfg.work);
+    // The stock service: a shop of its own behind the idem layer with its own engine, no faults.
+    let stock = Shop::new();
+    let stock_server = grpc::serve(
+        stock.clone(),
+        Engine::builder().build()?,
+        StatusFaults::default(),
+    )
+    .await?;
+    let stock_client = tower::ServiceBuilder::new()
+        .layer(
+            RetryLayer::builder()
+                .writes(Writes::paths(WRITES))
+                .build()?,
+        )
+        .service(Endpoint::from_shared(format!("http://{}", stock_server.addr))?.connect_lazy());
+    let link = StockLink::new(stock_client, cfg.lost_after_stock, cfg.proxy.seed ^ 0x570C);
+    let shop = Shop::with_stock(cfg.work, link);
+    let mut report = drive_instances(cfg, shop.clone(), metrics_addr).await?;
+    report.deductions = stock.deductions();
+    report.runs_lost = shop.stock_link().map_or(0, StockLink::lost);
+    stock_server.stop().await;
+    Ok(report)
+}
+
+async fn drive_instances(
+    cfg: ChaosConfig,
+    shop: Shop,
+    metrics_addr: std::net::SocketAddr,
+) -> Result<ChaosReport, Box<dyn std::error::Error + Send + Sync>> {
     match cfg.instances.clone() {
         Instances::One => {
             let engine = Engine::builder().build()?;
@@ -523,6 +612,8 @@ async fn drive<D: Deduplicator<Value = StoredResponse>>(
         };
     let report = ChaosReport {
         orders: shop.orders(),
+        deductions: HashMap::new(),
+        runs_lost: 0,
         client: layer.stats(),
         engine,
         instances: engines.len(),

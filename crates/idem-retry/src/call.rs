@@ -1,5 +1,7 @@
 //! What the caller declares about one call, and what each attempt is told (S1–S3, R6).
 
+use std::sync::Arc;
+
 use idem_core::{Deadline, IdempotencyKey};
 
 /// What makes a call safe to repeat; decides whether it may be retried at all (S1, S2).
@@ -65,6 +67,7 @@ pub struct Call {
     key: Option<IdempotencyKey>,
     deadline: Option<Deadline>,
     transient_declared: bool,
+    target: Option<Arc<str>>,
 }
 
 impl Call {
@@ -75,6 +78,7 @@ impl Call {
             key: None,
             deadline: None,
             transient_declared: false,
+            target: None,
         }
     }
 
@@ -86,6 +90,7 @@ impl Call {
             key: Some(key),
             deadline: None,
             transient_declared: false,
+            target: None,
         }
     }
 
@@ -170,6 +175,7 @@ impl Call {
             key: None,
             deadline: None,
             transient_declared: false,
+            target: None,
         }
     }
 
@@ -213,6 +219,21 @@ impl Call {
     /// The deadline of the whole call, if any.
     pub const fn deadline(&self) -> Option<&Deadline> {
         self.deadline.as_ref()
+    }
+
+    /// Names where the call goes (the gRPC method, or the HTTP method and path): the key under
+    /// which a retrier with a [`LatencyTracker`](crate::LatencyTracker) records its attempts'
+    /// latencies and reads their percentiles (an adaptive hedging delay, the deadline-aware
+    /// minimum attempt time).
+    #[must_use]
+    pub fn with_target(mut self, target: impl Into<Arc<str>>) -> Self {
+        self.target = Some(target.into());
+        self
+    }
+
+    /// Where the call goes, if named ([`with_target`](Self::with_target)).
+    pub fn target(&self) -> Option<&str> {
+        self.target.as_deref()
     }
 
     /// Whether `INTERNAL`/`UNKNOWN` failures were declared transient.

@@ -191,6 +191,8 @@ mod classify;
 mod deadline;
 mod error;
 mod failure;
+mod hedge;
+mod latency;
 pub mod metrics;
 mod policy;
 mod pushback;
@@ -208,6 +210,13 @@ pub use classify::{classify, Classify, Decision, NotRetryable, Wait};
 pub use deadline::{check_retry, leaves_room};
 pub use error::RetryError;
 pub use failure::{Failure, FailureCounters, FailureCounts};
+pub use hedge::{
+    HedgeDelay, HedgingPolicy, HedgingPolicyBuilder, DEFAULT_HEDGE_ATTEMPTS,
+    DEFAULT_HEDGE_PERCENTILE, MAX_HEDGE_ATTEMPTS,
+};
+pub use latency::{
+    LatencyTracker, LatencyTrackerBuilder, DEFAULT_LATENCY_WINDOW, DEFAULT_MIN_SAMPLES,
+};
 pub use metrics::GiveUp;
 pub use policy::{
     InvalidPolicy, RetryPolicy, RetryPolicyBuilder, DEFAULT_BASE_DELAY, DEFAULT_JITTER,

@@ -7,6 +7,7 @@
 //! |---|---|---|---|
 //! | [`ATTEMPTS`] `idem_retry_attempts_total` | counter | — | attempts made, first ones included |
 //! | [`RETRIES`] `idem_retry_retries_total` | counter | — | retries started (attempts after the first) |
+//! | [`HEDGES`] `idem_retry_hedges_total` | counter | — | hedged copies started (attempts after the first of a hedged call) |
 //! | [`GIVE_UPS`] `idem_retry_give_ups_total` | counter | `reason` = `not_retryable`, `attempts`, `deadline`, `budget`, `pushback` | calls that ended on a failure, by why no further retry was made |
 //!
 //! The same figures are kept in-process by each [`Retrier`](crate::Retrier)
@@ -33,6 +34,8 @@ use std::fmt;
 pub const ATTEMPTS: &str = "idem_retry_attempts_total";
 /// Counter: retries started.
 pub const RETRIES: &str = "idem_retry_retries_total";
+/// Counter: hedged copies started (attempts after the first of a hedged call).
+pub const HEDGES: &str = "idem_retry_hedges_total";
 /// Counter: calls that ended on a failure, labelled [`REASON`] = [`GiveUp::as_str`].
 pub const GIVE_UPS: &str = "idem_retry_give_ups_total";
 /// The label on [`GIVE_UPS`] ([`GiveUp::as_str`]), and on the retry counters of idem's client
@@ -110,6 +113,10 @@ pub fn describe() {
     metrics::describe_counter!(ATTEMPTS, "Attempts made, first ones included.");
     metrics::describe_counter!(RETRIES, "Retries started (attempts after the first).");
     metrics::describe_counter!(
+        HEDGES,
+        "Hedged copies started (attempts after the first of a hedged call)."
+    );
+    metrics::describe_counter!(
         GIVE_UPS,
         "Calls that ended on a failure, by why no further retry was made."
     );
@@ -121,6 +128,10 @@ pub(crate) fn attempt() {
 
 pub(crate) fn retry() {
     metrics::counter!(RETRIES).increment(1);
+}
+
+pub(crate) fn hedge() {
+    metrics::counter!(HEDGES).increment(1);
 }
 
 pub(crate) fn give_up(why: GiveUp) {

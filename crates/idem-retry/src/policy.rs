@@ -75,6 +75,7 @@ pub struct RetryPolicy {
     max_delay: Duration,
     jitter: f64,
     min_attempt_time: Duration,
+    observed_min_attempt: Option<f64>,
     random: Arc<dyn RandomSource>,
 }
 
@@ -112,6 +113,12 @@ impl RetryPolicy {
     /// The least time an attempt needs; a retry is not started with less left (R3).
     pub const fn min_attempt_time(&self) -> Duration {
         self.min_attempt_time
+    }
+
+    /// The quantile of observed attempt latency that replaces the fixed minimum attempt time,
+    /// if set ([`RetryPolicyBuilder::observed_min_attempt`]).
+    pub const fn observed_min_attempt(&self) -> Option<f64> {
+        self.observed_min_attempt
     }
 
     /// The delay after the `n`-th failure (`n` from 1; `0` is treated as `1`), before jitter:
@@ -166,6 +173,7 @@ impl Default for RetryPolicy {
             max_delay: DEFAULT_MAX_DELAY,
             jitter: DEFAULT_JITTER,
             min_attempt_time: DEFAULT_MIN_ATTEMPT_TIME,
+            observed_min_attempt: None,
             random: Arc::new(SplitMix64::from_entropy()),
         }
     }
@@ -196,6 +204,7 @@ pub struct RetryPolicyBuilder {
     max_delay: Duration,
     jitter: f64,
     min_attempt_time: Duration,
+    observed_min_attempt: Option<f64>,
     random: Option<Arc<dyn RandomSource>>,
 }
 
@@ -209,6 +218,7 @@ impl RetryPolicyBuilder {
             max_delay: DEFAULT_MAX_DELAY,
             jitter: DEFAULT_JITTER,
             min_attempt_time: DEFAULT_MIN_ATTEMPT_TIME,
+            observed_min_attempt: None,
             random: None,
         }
     }
@@ -249,6 +259,17 @@ impl RetryPolicyBuilder {
         self
     }
 
+    /// Deadline-aware attempts (R10): an attempt (a retry or a hedge) is not started when the
+    /// time left is shorter than this quantile (`0 < q <= 1`; 0.5 is the median) of the
+    /// target's observed successful attempts, instead of the fixed
+    /// [`min_attempt_time`](Self::min_attempt_time). The fixed minimum still applies while the
+    /// retrier's [`LatencyTracker`](crate::LatencyTracker) holds too few samples, or when the
+    /// call names no target ([`Call::with_target`](crate::Call::with_target)). Default: off.
+    pub const fn observed_min_attempt(mut self, q: f64) -> Self {
+        self.observed_min_attempt = Some(q);
+        self
+    }
+
     /// The source of jitter draws; inject [`FixedRandom`](crate::FixedRandom) for exact delays.
     pub fn random_source(mut self, source: impl RandomSource) -> Self {
         self.random = Some(Arc::new(source));
@@ -285,6 +306,13 @@ impl RetryPolicyBuilder {
         if !(self.jitter.is_finite() && (0.0..1.0).contains(&self.jitter)) {
             return Err(InvalidPolicy::Invalid("jitter must be in [0, 1)"));
         }
+        if let Some(q) = self.observed_min_attempt {
+            if !(q > 0.0 && q <= 1.0) {
+                return Err(InvalidPolicy::Invalid(
+                    "the observed minimum attempt percentile must be in (0, 1] (0.5 is the median)",
+                ));
+            }
+        }
         Ok(RetryPolicy {
             max_attempts: self.max_attempts,
             base_delay: self.base_delay,
@@ -292,6 +320,7 @@ impl RetryPolicyBuilder {
             max_delay: self.max_delay,
             jitter: self.jitter,
             min_attempt_time: self.min_attempt_time,
+            observed_min_attempt: self.observed_min_attempt,
             random: self
                 .random
                 .unwrap_or_else(|| Arc::new(SplitMix64::from_entropy())),
@@ -328,7 +357,7 @@ impl fmt::Debug for RetryPolicyBuilder {
 /// assert!(matches!(err, InvalidPolicy::Invalid(rule) if rule.contains("max_attempts")));
 /// assert_eq!(
 ///     err.to_string(),
-///     "invalid retry policy: max_attempts must be at least 1 (it counts the first attempt)"
+///     "invalid retry policy setting: max_attempts must be at least 1 (it counts the first attempt)"
 /// );
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -341,7 +370,7 @@ pub enum InvalidPolicy {
 impl fmt::Display for InvalidPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            InvalidPolicy::Invalid(rule) => write!(f, "invalid retry policy: {rule}"),
+            InvalidPolicy::Invalid(rule) => write!(f, "invalid retry policy setting: {rule}"),
         }
     }
 }

@@ -15,6 +15,9 @@ pub struct RetryStats {
     pub attempts: u64,
     /// Retries started (`attempts - calls`, once every call has finished).
     pub retries: u64,
+    /// Hedged copies started: attempts after the first of a hedged call, counted in `attempts`
+    /// and not in `retries`.
+    pub hedges: u64,
     /// Calls given up because the failure was not retryable.
     pub not_retryable: u64,
     /// Calls given up with no attempts left.
@@ -45,6 +48,7 @@ pub(crate) struct Counters {
     calls: AtomicU64,
     attempts: AtomicU64,
     retries: AtomicU64,
+    hedges: AtomicU64,
     give_ups: [AtomicU64; GiveUp::ALL.len()],
 }
 
@@ -63,6 +67,11 @@ impl Counters {
         metrics::retry();
     }
 
+    pub(crate) fn hedge(&self) {
+        self.hedges.fetch_add(1, Ordering::Relaxed);
+        metrics::hedge();
+    }
+
     pub(crate) fn give_up(&self, why: GiveUp) {
         let i = GiveUp::ALL.iter().position(|g| *g == why).unwrap_or(0);
         self.give_ups[i].fetch_add(1, Ordering::Relaxed);
@@ -75,6 +84,7 @@ impl Counters {
             calls: self.calls.load(Ordering::Relaxed),
             attempts: self.attempts.load(Ordering::Relaxed),
             retries: self.retries.load(Ordering::Relaxed),
+            hedges: self.hedges.load(Ordering::Relaxed),
             not_retryable: g(0),
             exhausted: g(1),
             deadline: g(2),

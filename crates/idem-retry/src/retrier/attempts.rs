@@ -3,13 +3,14 @@
 
 use std::future::Future;
 
+use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::refresh::RefreshStep;
 use super::Retrier;
 use crate::call::{Attempt, Call};
 use crate::classify::{classify, Classify, Decision, NotRetryable, Wait};
-use crate::deadline::check_retry;
+use crate::deadline::leaves_room;
 use crate::error::RetryError;
 use crate::metrics::GiveUp;
 use crate::scheduler::Scheduler;
@@ -74,8 +75,12 @@ impl<S: Scheduler> Retrier<S> {
         loop {
             self.counters.attempt();
             let attempt = Attempt::new(call.key().cloned(), number, call.deadline().copied());
+            let began = Instant::now();
             let err = match op(attempt).await {
-                Ok(v) => return Ok((v, number)),
+                Ok(v) => {
+                    self.record(call, began.elapsed());
+                    return Ok((v, number));
+                }
                 Err(e) => e,
             };
             let (wait, refreshing) = match classify(&err, call) {
@@ -107,8 +112,10 @@ impl<S: Scheduler> Retrier<S> {
                 ),
                 Wait::Pushback(d) => (d, 1),
             };
-            if let Err(why) = check_retry(&self.policy, number, call.deadline(), delay) {
-                return self.give_up(why, number, err);
+            // R3: the time left covers the wait and an attempt's minimum, which R10 replaces
+            // by an observed percentile of the target's attempts when it is set and known.
+            if !leaves_room(call.deadline(), delay, self.min_attempt_time(call)) {
+                return self.give_up(GiveUp::Deadline, number, err);
             }
             if !self.budget.try_withdraw() {
                 return self.give_up(GiveUp::Budget, number, err);
@@ -137,7 +144,7 @@ impl<S: Scheduler> Retrier<S> {
     /// Ends a call on `err`. A `DEBUG` event, whatever the reason (E15): a spent budget is
     /// the budget doing its job in an outage, one event per call, so not a warning; alert on
     /// `idem_retry_give_ups_total{reason="budget"}` instead.
-    fn give_up<T, E: Classify>(
+    pub(super) fn give_up<T, E: Classify>(
         &self,
         why: GiveUp,
         attempts: u32,

@@ -2,6 +2,7 @@
 //! and the budget, waiting through the scheduler (R1–R6, S2, S3).
 
 mod attempts;
+mod hedged;
 mod refresh;
 
 use std::future::Future;
@@ -11,6 +12,7 @@ use crate::budget::RetryBudget;
 use crate::call::{Attempt, Call};
 use crate::classify::Classify;
 use crate::error::RetryError;
+use crate::latency::LatencyTracker;
 use crate::policy::RetryPolicy;
 use crate::scheduler::{Scheduler, TokioScheduler};
 use crate::stats::{Counters, RetryStats};
@@ -94,6 +96,7 @@ pub struct Retrier<S = TokioScheduler> {
     budget: RetryBudget,
     scheduler: S,
     counters: Arc<Counters>,
+    latencies: Option<LatencyTracker>,
 }
 
 impl Retrier<TokioScheduler> {
@@ -105,6 +108,7 @@ impl Retrier<TokioScheduler> {
             budget: RetryBudget::new(),
             scheduler: TokioScheduler,
             counters: Arc::default(),
+            latencies: None,
         }
     }
 }
@@ -132,6 +136,45 @@ impl<S> Retrier<S> {
             budget: self.budget,
             scheduler,
             counters: self.counters,
+            latencies: self.latencies,
+        }
+    }
+
+    /// Records the latency of every successful attempt of a call that names its target
+    /// ([`Call::with_target`]) in `tracker`, and reads its percentiles: an adaptive hedging
+    /// delay ([`HedgeDelay::Percentile`](crate::HedgeDelay::Percentile)) and the deadline-aware
+    /// minimum attempt time ([`RetryPolicyBuilder::observed_min_attempt`](crate::RetryPolicyBuilder::observed_min_attempt))
+    /// need one. Default: none, nothing recorded.
+    #[must_use]
+    pub fn with_latencies(mut self, tracker: LatencyTracker) -> Self {
+        self.latencies = Some(tracker);
+        self
+    }
+
+    /// The latency tracker, if any.
+    pub fn latencies(&self) -> Option<&LatencyTracker> {
+        self.latencies.as_ref()
+    }
+
+    /// The least time left for which an attempt of `call` is started: the policy's observed
+    /// quantile of the call's target when it is set and known (R10), else its fixed minimum
+    /// (R3).
+    pub fn min_attempt_time(&self, call: &Call) -> std::time::Duration {
+        let observed = match (
+            self.policy.observed_min_attempt(),
+            &self.latencies,
+            call.target(),
+        ) {
+            (Some(q), Some(t), Some(target)) => t.percentile(target, q),
+            _ => None,
+        };
+        observed.unwrap_or(self.policy.min_attempt_time())
+    }
+
+    /// Records a successful attempt of `call` that took `took`, if latencies are tracked.
+    fn record(&self, call: &Call, took: std::time::Duration) {
+        if let (Some(t), Some(target)) = (&self.latencies, call.target()) {
+            t.record(target, took);
         }
     }
 

@@ -87,43 +87,56 @@ where
     let last_failure: Mutex<Option<Failure>> = Mutex::new(None);
     let attempts = AtomicUsize::new(0);
     let attempt_timeout = cfg.attempt_timeout;
-    let result = layer
-        .retrier
-        .call_reporting(&call, |attempt: Attempt| {
-            attempts.fetch_add(1, Relaxed);
+    // R9/R10: attempts are timed per target, so the target is named when latencies are kept.
+    let call = match layer.retrier.latencies() {
+        Some(_) => {
+            let target = match protocol {
+                Protocol::Grpc => parts.uri.path().to_owned(),
+                Protocol::Http => format!("{} {}", parts.method, parts.uri.path()),
+            };
+            call.with_target(target)
+        }
+        None => call,
+    };
+    let hedging = cfg.hedging.as_ref();
+    let op = |attempt: Attempt| {
+        attempts.fetch_add(1, Relaxed);
+        // A hedged copy is not a retry: the retrier counts it as a hedge.
+        if attempt.is_retry() && hedging.is_none() {
+            let why = last_failure
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .unwrap_or(Failure::Other);
+            layer.counters.retry(why);
+        }
+        let time = attempt_timeout.map_or(deadline.remaining(), |t| t.min(deadline.remaining()));
+        let mut req = Request::from_parts(parts.clone(), B::from_bytes(bytes.clone()));
+        if protocol == Protocol::Grpc {
+            let h = req.headers_mut();
+            if let Ok(v) = HeaderValue::from_str(&wire::format_grpc_timeout(time)) {
+                h.insert(headers::GRPC_TIMEOUT, v);
+            }
             if attempt.is_retry() {
-                let why = last_failure
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .unwrap_or(Failure::Other);
-                layer.counters.retry(why);
+                h.insert(
+                    headers::GRPC_PREVIOUS_ATTEMPTS,
+                    HeaderValue::from(attempt.previous_attempts()),
+                );
             }
-            let time =
-                attempt_timeout.map_or(deadline.remaining(), |t| t.min(deadline.remaining()));
-            let mut req = Request::from_parts(parts.clone(), B::from_bytes(bytes.clone()));
-            if protocol == Protocol::Grpc {
-                let h = req.headers_mut();
-                if let Ok(v) = HeaderValue::from_str(&wire::format_grpc_timeout(time)) {
-                    h.insert(headers::GRPC_TIMEOUT, v);
-                }
-                if attempt.is_retry() {
-                    h.insert(
-                        headers::GRPC_PREVIOUS_ATTEMPTS,
-                        HeaderValue::from(attempt.previous_attempts()),
-                    );
-                }
+        }
+        let svc = inner.clone();
+        let last_failure = &last_failure;
+        async move {
+            let r = one_attempt(svc, req, protocol, time).await;
+            if let Err(e) = &r {
+                *last_failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.kind);
             }
-            let svc = inner.clone();
-            let last_failure = &last_failure;
-            async move {
-                let r = one_attempt(svc, req, protocol, time).await;
-                if let Err(e) = &r {
-                    *last_failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.kind);
-                }
-                r
-            }
-        })
-        .await;
+            r
+        }
+    };
+    let result = match hedging {
+        Some(h) => layer.retrier.call_hedged(&call, h, op).await,
+        None => layer.retrier.call_reporting(&call, op).await,
+    };
     let report = CallReport {
         attempts: u32::try_from(attempts.load(Relaxed)).unwrap_or(u32::MAX),
         key: call.key().cloned(),

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderName;
-use idem_retry::{Retrier, RetryBudget, RetryPolicy};
+use idem_retry::{HedgeDelay, HedgingPolicy, LatencyTracker, Retrier, RetryBudget, RetryPolicy};
 use tower::Layer;
 
 use crate::client::stats::{ClientStats, Counters};
@@ -34,6 +34,7 @@ pub(crate) struct ClientConfig {
     pub(crate) call_timeout: Duration,
     pub(crate) attempt_timeout: Option<Duration>,
     pub(crate) missing_key: MissingKey,
+    pub(crate) hedging: Option<HedgingPolicy>,
 }
 
 /// A tower [`Layer`] for clients: one key per logical write, the same key on every attempt,
@@ -53,6 +54,8 @@ pub(crate) struct ClientConfig {
 /// | [`call_timeout`](RetryLayerBuilder::call_timeout) | the request's `grpc-timeout`, else 10 s | T3 |
 /// | [`attempt_timeout`](RetryLayerBuilder::attempt_timeout) | none: an attempt may use all the time left | T3 |
 /// | [`missing_key`](RetryLayerBuilder::missing_key) | [`MissingKey::Generate`]: a write without a key gets a random one | K2, T3 |
+/// | [`hedging`](RetryLayerBuilder::hedging) | none: calls are retried, never hedged | R9 |
+/// | [`latencies`](RetryLayerBuilder::latencies) | a [`LatencyTracker::new`] (10 s periods, 100 samples) when hedging at a percentile or [`observed_min_attempt`](idem_retry::RetryPolicyBuilder::observed_min_attempt) is set; else none | R9, R10 |
 /// | key headers | `x-idempotency-key` (gRPC), `idempotency-key` (HTTP, sent as an sf-string) | T1 |
 ///
 /// # Examples
@@ -93,6 +96,7 @@ impl RetryLayer {
         RetryLayerBuilder {
             policy: RetryPolicy::default(),
             budget: RetryBudget::new(),
+            latencies: None,
             cfg: ClientConfig {
                 writes: Writes::default(),
                 grpc_key: headers::GRPC_KEY,
@@ -100,6 +104,7 @@ impl RetryLayer {
                 call_timeout: DEFAULT_CALL_TIMEOUT,
                 attempt_timeout: None,
                 missing_key: MissingKey::Generate,
+                hedging: None,
             },
         }
     }
@@ -135,6 +140,7 @@ impl<S> Layer<S> for RetryLayer {
 pub struct RetryLayerBuilder {
     policy: RetryPolicy,
     budget: RetryBudget,
+    latencies: Option<LatencyTracker>,
     cfg: ClientConfig,
 }
 
@@ -189,6 +195,23 @@ impl RetryLayerBuilder {
         self
     }
 
+    /// Hedges every read and every keyed write by `policy` instead of retrying it (R9): a copy
+    /// with the same key and the next `grpc-previous-rpc-attempts` after the hedging delay, the
+    /// first success taken, the other copies dropped. A write without a key is never hedged (it
+    /// is sent once). See [`RetryService`]'s "Hedging". Default: none.
+    pub fn hedging(mut self, policy: HedgingPolicy) -> Self {
+        self.cfg.hedging = Some(policy);
+        self
+    }
+
+    /// The recent latencies an adaptive hedging delay and the deadline-aware minimum attempt time
+    /// read, per gRPC method (or HTTP method and path); pass clones of one tracker to share it.
+    /// Default: one of the layer's own when either needs it.
+    pub fn latencies(mut self, tracker: LatencyTracker) -> Self {
+        self.latencies = Some(tracker);
+        self
+    }
+
     /// The layer, or the first rule its settings break. Describes its metrics to the installed
     /// recorder (Prometheus `# HELP`).
     ///
@@ -214,8 +237,20 @@ impl RetryLayerBuilder {
     /// defaults).
     fn assemble(self) -> RetryLayer {
         crate::client::stats::describe();
+        let adaptive = matches!(
+            self.cfg.hedging.as_ref().map(HedgingPolicy::delay),
+            Some(HedgeDelay::Percentile(_))
+        );
+        let needs_latencies = adaptive || self.policy.observed_min_attempt().is_some();
+        let latencies = self
+            .latencies
+            .or_else(|| needs_latencies.then(LatencyTracker::new));
+        let mut retrier = Retrier::new(self.policy).with_budget(self.budget);
+        if let Some(t) = latencies {
+            retrier = retrier.with_latencies(t);
+        }
         RetryLayer {
-            retrier: Retrier::new(self.policy).with_budget(self.budget),
+            retrier,
             cfg: Arc::new(self.cfg),
             counters: Arc::default(),
         }

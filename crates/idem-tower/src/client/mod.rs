@@ -1,5 +1,5 @@
-//! The client side: one key per logical write, retries by idem-retry, pushback obeyed (T3,
-//! R1–R6, R8).
+//! The client side: one key per logical write, retries or hedges by idem-retry, pushback obeyed
+//! (T3, R1–R6, R8, R9, R10).
 //!
 //! | file | what |
 //! |---|---|
@@ -85,6 +85,32 @@ use crate::BoxError;
 ///
 /// A pushback still counts against the deadline (a wait that would overrun it ends the call) and
 /// the budget. `RetryInfo` that does not decode is ignored, never a reason to stop.
+///
+/// # Hedging (R9)
+///
+/// With [`hedging`](RetryLayerBuilder::hedging) set, a read or a keyed write is hedged instead of
+/// retried ([`Retrier::call_hedged`](idem_retry::Retrier::call_hedged)): while no copy has
+/// succeeded, another copy is sent after the hedging delay, with the same key and the next
+/// `grpc-previous-rpc-attempts`; the first success is returned and the other copies are dropped
+/// (cancelled on the wire: HTTP/2 resets the stream). A write without a key is sent once.
+///
+/// **When to hedge**: a method whose latency has a tail caused before the server starts the work
+/// (a paused or overloaded instance, a queue, a slow connection), and a balancer that sends the
+/// copies to different instances. **Its cost**: one more request per hedged call; with the delay
+/// at the 95th percentile about 5% more requests, drawn from the retry budget. **Why it is safe
+/// here**: every copy carries the same key, and the server layer joins a copy to the run of its
+/// twin (on the same instance through the engine, on another through the shared tier), so the
+/// write runs once and a cancelled copy does not cancel the run. It does not make a slow handler
+/// faster: the second copy waits for the same run.
+///
+/// | setting ([`HedgingPolicy`](idem_retry::HedgingPolicy)) | default |
+/// |---|---|
+/// | copies, the first included (at most 5) | 2 |
+/// | delay | p95 of the method's recent successful attempts, once 100 are known (until then, retried as usual) |
+/// | non-fatal codes (the next copy goes at once, the others keep running) | `UNAVAILABLE`, and any answer with reason `REQUEST_IN_FLIGHT` |
+/// | fatal codes | all others: the call ends with that answer |
+/// | budget | each copy after the first is a withdrawal; refused, no more copies |
+/// | pushback | forbids retries: no more copies; a delay: the next copy after it |
 ///
 /// # Tracing and metrics (E15)
 ///

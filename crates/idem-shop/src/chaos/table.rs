@@ -134,12 +134,7 @@ impl ChaosReport {
             ),
             (
                 "deductions / orders / successful intents".into(),
-                format!(
-                    "{} / {} / {}",
-                    self.deductions_total(),
-                    self.orders_created(),
-                    self.succeeded()
-                ),
+                self.chain_check(),
             ),
             (
                 "intents created twice".into(),
@@ -179,5 +174,21 @@ impl ChaosReport {
         }
         out.push_str(&line);
         out
+    }
+
+    /// Deductions, orders and successful intents, and whether they are equal; with give-ups the
+    /// equality is not a promise (a run lost after its deduction may never get its order).
+    fn chain_check(&self) -> String {
+        let (d, o, s) = (
+            self.deductions_total(),
+            self.orders_created(),
+            self.succeeded(),
+        );
+        let verdict = match self.gave_up() {
+            0 if d == o && o == s => "equal".to_owned(),
+            0 => "NOT EQUAL".to_owned(),
+            n => format!("not compared: {n} gave up"),
+        };
+        format!("{d} / {o} / {s} ({verdict})")
     }
 }

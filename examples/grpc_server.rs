@@ -114,6 +114,7 @@ async fn run<D: Deduplicator<Value = StoredResponse>>(
         sku: "book-42".into(),
         quantity: 1,
         expected_version: book.stock_version + 7,
+        intent_id: String::new(),
     };
     let err = shop
         .deduct_stock(with_key(stale, "deduct-0001-a"))
@@ -129,6 +130,7 @@ async fn run<D: Deduplicator<Value = StoredResponse>>(
         sku: "book-42".into(),
         quantity: 1,
         expected_version: book.stock_version,
+        intent_id: String::new(),
     };
     let stock = shop
         .deduct_stock(with_key(fresh, "deduct-0001-b"))

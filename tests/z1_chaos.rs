@@ -1,9 +1,11 @@
 //! Z1: chaos over real TCP on loopback with the real tonic client. 100 concurrent clients create
 //! orders through the client retry layer while 20% of requests fail — connections dropped before
 //! the request is sent and after it is sent, answers slowed past the attempt timeout,
-//! UNAVAILABLE, RESOURCE_EXHAUSTED with pushback. Asserted exactly, per intent id: every intent
-//! reported successful was created exactly once (with the order id the client was told), none was
-//! created twice; give-ups are counted apart (created at most once).
+//! UNAVAILABLE, RESOURCE_EXHAUSTED with pushback — and 4% of the order runs are lost between
+//! their stock deduction (in a separate stock service, keyed by idem's derivation) and their
+//! order. Asserted exactly, per intent id: every intent reported successful was created exactly
+//! once (with the order id the client was told) and deducted exactly once, none was created or
+//! deducted twice; give-ups are counted apart (created and deducted at most once).
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -19,8 +21,13 @@ async fn z1_chaos_every_success_created_exactly_once_none_twice() {
     assert_eq!(report.violations(), Vec::<String>::new());
     for r in &report.results {
         let created = report.orders.get(&r.intent).map_or(0, Vec::len);
+        let deducted = report.deductions.get(&r.intent).copied().unwrap_or(0);
+        assert!(deducted <= 1, "{} deducted {deducted} times", r.intent);
         match r.outcome {
-            Ok(id) => assert_eq!(report.orders[&r.intent], vec![id], "{}", r.intent),
+            Ok(id) => {
+                assert_eq!(report.orders[&r.intent], vec![id], "{}", r.intent);
+                assert_eq!(deducted, 1, "{}", r.intent);
+            }
             Err(_) => assert!(
                 created <= 1,
                 "{} gave up and was created {created} times",
@@ -37,6 +44,7 @@ async fn z1_chaos_every_success_created_exactly_once_none_twice() {
         ("slow", p.slowed.load(Relaxed)),
         ("unavailable", report.unavailable),
         ("resource exhausted", report.resource_exhausted),
+        ("run lost after its stock call", report.runs_lost),
     ] {
         assert!(n > 0, "no {kind} fault was injected");
     }

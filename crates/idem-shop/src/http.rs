@@ -168,6 +168,7 @@ async fn deduct_stock(State(shop): State<Shop>, Path(sku): Path<String>, body: B
         expected_version: form(&body, "expected_version")
             .and_then(|q| q.parse().ok())
             .unwrap_or(0),
+        intent_id: String::new(),
     };
     match shop.deduct_stock(&req) {
         Ok(s) => json(

@@ -11,6 +11,8 @@
 //!   [`proxy`]: a TCP proxy that drops connections before or after a request is sent and slows
 //!   answers past the deadline.
 //! * [`metrics`]: a Prometheus `/metrics` endpoint and a scraper.
+//! * [`stock`]: the order service's link to a separate stock service (CreateOrder deducts there
+//!   first, through idem's client layer, without a key), which can lose runs after the deduction.
 //! * [`redis_server`]: a `redis-server` of the demo's own, for the two-instance mode.
 //! * [`args`]: the example servers' command line (`--serve`, `--addr`, `--redis`).
 //! * [`auth`]: a toy authentication layer that puts a [`Tenant`](idem_tower::Tenant) in the
@@ -27,6 +29,7 @@ pub mod proxy;
 pub mod redis_server;
 mod rng;
 mod shop;
+pub mod stock;
 
 pub use shop::{status_with_reason, Shop};
 

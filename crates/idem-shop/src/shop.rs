@@ -9,6 +9,7 @@ use parking_lot::Mutex;
 use tonic::{Request, Response, Status};
 
 use crate::pb;
+use crate::stock::StockLink;
 
 /// A book row: title, price, stock and the stock's version (optimistic concurrency).
 #[derive(Debug, Clone)]
@@ -32,6 +33,11 @@ struct State {
     orders: Mutex<HashMap<String, Vec<u64>>>,
     next_order: AtomicU64,
     work: Duration,
+    /// Stock taken per intent, for orders (the stock service's side effect).
+    deductions: Mutex<HashMap<String, u32>>,
+    /// Where CreateOrder deducts its stock first (the order service of the demo); `None`: it
+    /// takes no stock.
+    stock: Option<StockLink>,
 }
 
 /// A `tonic::Status` with an `idem-reason` (read by the client layer's classifier).
@@ -53,6 +59,16 @@ impl Shop {
     /// As [`new`](Self::new); each order takes `work` (a `tokio::time::sleep`) before it is
     /// recorded, so requests stay in flight long enough to be seen.
     pub fn with_work(work: Duration) -> Self {
+        Shop::build(work, None)
+    }
+
+    /// An order service: as [`with_work`](Self::with_work), and each CreateOrder first deducts
+    /// its stock in the stock service behind `stock`, then records the order.
+    pub fn with_stock(work: Duration, stock: StockLink) -> Self {
+        Shop::build(work, Some(stock))
+    }
+
+    fn build(work: Duration, stock: Option<StockLink>) -> Self {
         let books = [
             ("book-1", "The Idempotent Programmer", 2_500),
             ("book-2", "Retry Budgets in Practice", 3_900),
@@ -77,6 +93,8 @@ impl Shop {
                 orders: Mutex::new(HashMap::new()),
                 next_order: AtomicU64::new(1000),
                 work,
+                deductions: Mutex::new(HashMap::new()),
+                stock,
             }),
         }
     }
@@ -94,6 +112,16 @@ impl Shop {
     /// Every intent's order ids.
     pub fn orders(&self) -> HashMap<String, Vec<u64>> {
         self.inner.orders.lock().clone()
+    }
+
+    /// Stock deductions made for orders, per intent (0, 1, or — a bug — more).
+    pub fn deductions(&self) -> HashMap<String, u32> {
+        self.inner.deductions.lock().clone()
+    }
+
+    /// The link to the stock service, for an order service.
+    pub fn stock_link(&self) -> Option<&StockLink> {
+        self.inner.stock.as_ref()
     }
 
     /// Orders created in all.
@@ -139,6 +167,9 @@ impl Shop {
         if !self.inner.books.lock().contains_key(&req.sku) {
             return Err(Status::not_found(format!("no book {}", req.sku)));
         }
+        if let Some(stock) = &self.inner.stock {
+            stock.deduct(&req).await?;
+        }
         if !self.inner.work.is_zero() {
             tokio::time::sleep(self.inner.work).await;
         }
@@ -157,7 +188,8 @@ impl Shop {
         })
     }
 
-    /// Takes stock if the caller saw the current version.
+    /// Takes stock if the caller saw the current version, or, for an order (`intent_id` set),
+    /// whatever the version; an order's deduction is counted for its intent.
     ///
     /// # Errors
     ///
@@ -168,7 +200,7 @@ impl Shop {
         let b = books
             .get_mut(&req.sku)
             .ok_or_else(|| Status::not_found(format!("no book {}", req.sku)))?;
-        if b.version != req.expected_version {
+        if req.intent_id.is_empty() && b.version != req.expected_version {
             return Err(status_with_reason(
                 tonic::Code::Aborted,
                 &format!(
@@ -183,6 +215,14 @@ impl Shop {
         }
         b.stock -= i64::from(req.quantity);
         b.version += 1;
+        if !req.intent_id.is_empty() {
+            *self
+                .inner
+                .deductions
+                .lock()
+                .entry(req.intent_id.clone())
+                .or_default() += 1;
+        }
         Ok(pb::Stock {
             sku: req.sku.clone(),
             stock: b.stock,

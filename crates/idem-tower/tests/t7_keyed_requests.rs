@@ -84,6 +84,7 @@ async fn t7_keyed_grpc_call_without_a_write_rule_runs_once_and_replays() {
             sku: "book-42".into(),
             quantity: 1,
             expected_version: version,
+            intent_id: String::new(),
         });
         r.metadata_mut()
             .insert("x-idempotency-key", "deduct-key-0001".parse().unwrap());

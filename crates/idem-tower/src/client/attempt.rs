@@ -66,28 +66,15 @@ where
     ResB::Error: Into<BoxError>,
 {
     let exchange = async {
-        let response = svc.oneshot(req).await.map_err(transport)?;
+        let response = svc.oneshot(req).await.map_err(|e| transport(e, time))?;
         let (parts, body) = response.into_parts();
-        let collected = body.collect().await.map_err(transport)?;
+        let collected = body.collect().await.map_err(|e| transport(e, time))?;
         let trailers = collected.trailers().cloned();
         Ok::<_, AttemptError>((parts, collected.to_bytes(), trailers))
     };
     let (parts, bytes, trailers) = match tokio::time::timeout(time, exchange).await {
         Ok(r) => r?,
-        Err(_) => {
-            return Err(AttemptError {
-                status: Status::new(
-                    Code::DeadlineExceeded,
-                    format!(
-                        "attempt timed out after {} ms (client deadline)",
-                        time.as_millis()
-                    ),
-                ),
-                pushback: Pushback::None,
-                kind: Failure::Timeout,
-                outcome: Failed::Timeout(time),
-            })
-        }
+        Err(_) => return Err(timed_out(time)),
     };
     let status = response_status(
         protocol,
@@ -121,10 +108,51 @@ where
     })
 }
 
-/// A transport error: the request may or may not have reached the server, so it is
-/// `UNAVAILABLE` with reason `UNKNOWN_OUTCOME` — retried only for keyed or idempotent calls.
-fn transport<E: Into<BoxError>>(e: E) -> AttemptError {
+/// The attempt's own time (`time`) ran out.
+fn timed_out(time: Duration) -> AttemptError {
+    AttemptError {
+        status: Status::new(
+            Code::DeadlineExceeded,
+            format!(
+                "attempt timed out after {} ms (client deadline)",
+                time.as_millis()
+            ),
+        ),
+        pushback: Pushback::None,
+        kind: Failure::Timeout,
+        outcome: Failed::Timeout(time),
+    }
+}
+
+/// Whether `e` is tonic's own timeout: its channel enforces the `grpc-timeout` each attempt
+/// carries (the attempt's time), and within the same timer tick that error can come back before
+/// the layer's own timer fires.
+#[cfg(feature = "grpc")]
+fn is_tonic_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if err.is::<tonic::TimeoutExpired>() {
+            return true;
+        }
+        next = err.source();
+    }
+    false
+}
+
+#[cfg(not(feature = "grpc"))]
+fn is_tonic_timeout(_: &(dyn std::error::Error + 'static)) -> bool {
+    false
+}
+
+/// An error of the exchange with the inner service. tonic's own attempt timeout is the attempt
+/// timing out (`time`), not a lost connection. Any other is a transport error: the request may
+/// or may not have reached the server, so it is `UNAVAILABLE` with reason
+/// `UNKNOWN_OUTCOME` — retried only for keyed or idempotent calls.
+fn transport<E: Into<BoxError>>(e: E, time: Duration) -> AttemptError {
     let e: BoxError = e.into();
+    if is_tonic_timeout(&*e) {
+        return timed_out(time);
+    }
     AttemptError {
         status: Status::new(
             Code::Unavailable,

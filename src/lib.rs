@@ -87,8 +87,15 @@ pub use idem_postgres as postgres;
 pub use idem_reqwest as reqwest;
 
 /// The README's examples, compiled and run as doctests so they stay true (its Redis example needs
-/// the `redis` feature, so this runs under `--all-features`, as CI does).
-#[cfg(all(doctest, feature = "dedup", feature = "redis"))]
+/// the `redis` feature, "Across services" the `tower`, `grpc` and `reqwest` ones, so this runs
+/// under `--all-features`, as CI does).
+#[cfg(all(
+    doctest,
+    feature = "dedup",
+    feature = "redis",
+    feature = "grpc",
+    feature = "reqwest"
+))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 

@@ -1,4 +1,4 @@
-//! The 17 gRPC status codes and their HTTP mapping, both ways (E12).
+//! The 17 gRPC status codes and their HTTP mapping, both ways.
 
 use std::fmt;
 
@@ -111,7 +111,7 @@ impl Code {
 
     /// The HTTP status an HTTP front end answers with.
     ///
-    /// Follows `google.rpc.Code`'s mapping, with the idempotency refinements of T2: a
+    /// Follows `google.rpc.Code`'s mapping, with idem's idempotency refinements: a
     /// fingerprint conflict (`FAILED_PRECONDITION`) is 422 and an in-flight duplicate (`ABORTED`) is
     /// 409, as the IETF Idempotency-Key draft says.
     pub const fn http_status(self) -> u16 {
@@ -203,7 +203,7 @@ impl fmt::Display for Code {
     }
 }
 
-/// A set of [`Code`]s, for rules declared by status code (E13: which failures are cached).
+/// A set of [`Code`]s, for rules declared by status code (which failures are cached, say).
 ///
 /// ```
 /// use idem_core::{Code, CodeSet};

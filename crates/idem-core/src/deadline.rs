@@ -8,7 +8,7 @@ use tokio::time::Instant;
 ///
 /// A deadline is set once, where the call starts, and every layer reads the *remaining* time from it
 /// rather than applying its own timeout (a timeout per attempt per layer multiplies). The retrier
-/// checks [`has_budget`](Self::has_budget) before each retry (R3); the gRPC client layer
+/// checks [`has_budget`](Self::has_budget) before each retry; the gRPC client layer
 /// sends [`remaining`](Self::remaining) as `grpc-timeout`.
 ///
 /// Time comes from tokio's clock (`tokio::time::Instant`), which is the system clock unless a test

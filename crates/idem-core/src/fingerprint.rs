@@ -1,11 +1,11 @@
-//! Request fingerprints (K5).
+//! Request fingerprints.
 
 use std::fmt;
 
-/// A stable 128-bit hash of a request's canonical bytes (K5).
+/// A stable 128-bit hash of a request's canonical bytes.
 ///
 /// The engine stores the fingerprint of the first request for a scope. A later request with the same
-/// scope but another fingerprint is a *conflict* (K4): one key cannot name two different
+/// scope but another fingerprint is a *conflict*: one key cannot name two different
 /// operations, so the action does not run and the caller gets `FAILED_PRECONDITION`.
 ///
 /// # Algorithm (fixed forever)

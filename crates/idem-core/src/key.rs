@@ -1,11 +1,11 @@
-//! Idempotency keys (K1, K2).
+//! Idempotency keys.
 
 use std::fmt;
 use std::sync::Arc;
 
-/// The shortest key accepted (K1).
+/// The shortest key accepted.
 pub const MIN_KEY_LEN: usize = 8;
-/// The longest key accepted (K1). A hyphenated UUID (36 characters) fits.
+/// The longest key accepted. A hyphenated UUID (36 characters) fits.
 pub const MAX_KEY_LEN: usize = 64;
 
 /// Namespace UUID for [`IdempotencyKey::derive`]: the UUIDv5 of the name `idem.key.v1` under the
@@ -13,7 +13,7 @@ pub const MAX_KEY_LEN: usize = 64;
 const DERIVE_NAMESPACE: uuid::Uuid =
     uuid::Uuid::from_u128(0x0d93_4cc1_5516_57f0_bfea_522e_d413_3b9c);
 
-/// A client-chosen key that names one business intent (K1).
+/// A client-chosen key that names one business intent.
 ///
 /// A key is made **once** per intent — when the user clicks "pay", not per HTTP request — and every
 /// retry of that intent carries the same key. The server files results under
@@ -37,7 +37,7 @@ const DERIVE_NAMESPACE: uuid::Uuid =
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct IdempotencyKey(Arc<str>);
 
-/// Why a string is not a valid [`IdempotencyKey`]; the message names the broken rule of K1.
+/// Why a string is not a valid [`IdempotencyKey`]; the message names the broken rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyError {
     /// Fewer than [`MIN_KEY_LEN`] characters.
@@ -81,7 +81,7 @@ impl fmt::Display for KeyError {
 impl std::error::Error for KeyError {}
 
 impl IdempotencyKey {
-    /// Parses and validates a key (K1).
+    /// Parses and validates a key.
     ///
     /// # Errors
     ///
@@ -106,7 +106,7 @@ impl IdempotencyKey {
         Ok(IdempotencyKey(Arc::from(s)))
     }
 
-    /// A fresh random key: a hyphenated version-4 UUID (K2).
+    /// A fresh random key: a hyphenated version-4 UUID.
     ///
     /// Call it once per business intent and keep the key for every retry of that intent.
     ///
@@ -122,7 +122,7 @@ impl IdempotencyKey {
         IdempotencyKey(Arc::from(&*s))
     }
 
-    /// A stable key derived from a business id and an operation name (K2).
+    /// A stable key derived from a business id and an operation name.
     ///
     /// The same inputs give the same key in every process, version and platform, so a client that
     /// restarts mid-retry (or a second client acting for the same order) sends the same key.
@@ -166,7 +166,7 @@ impl IdempotencyKey {
     }
 }
 
-/// The bytes a key may hold (K1): ASCII letters and digits, `-` and `_`.
+/// The bytes a key may hold: ASCII letters and digits, `-` and `_`.
 static KEY_BYTE: [bool; 256] = {
     let mut table = [false; 256];
     let mut c = 0;
@@ -178,7 +178,7 @@ static KEY_BYTE: [bool; 256] = {
     table
 };
 
-/// Checks a key against K1. Every request's key passes through here (the server layer
+/// Checks a key against the key rule. Every request's key passes through here (the server layer
 /// parses the key header of every call, replays included), so the common case, a valid key,
 /// is one table look-up per byte folded without a branch; the position of a bad byte is
 /// looked for only once the key is known to hold one. (The per-byte range tests with an early

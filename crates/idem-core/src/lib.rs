@@ -7,20 +7,20 @@
 //!
 //! This crate holds the words every other idem crate speaks, with no runtime and no I/O:
 //!
-//! | type | what it is | requirement |
-//! |---|---|---|
-//! | [`IdempotencyKey`] | a validated client key, random ([`IdempotencyKey::generate`]) or derived ([`IdempotencyKey::derive`]) | K1, K2 |
-//! | [`headers`], [`KeyHeaderError`] | the header names idem speaks, and reading a key header's value ([`IdempotencyKey::from_header_value`]) | T1, T2 |
-//! | [`Scope`] | tenant + method + key, injectively encoded, and its SHA-256 [digest](Scope::digest) | K3 |
-//! | [`Hex`] | bytes as lower-case hex, as a scope digest is written in keys, notices and logs | K3 |
-//! | [`Fingerprint`] | XXH3-128 of the request's canonical bytes; a key reused for another payload is a conflict | K4, K5 |
-//! | [`Code`], [`CodeSet`] | the 17 gRPC status codes and their HTTP mapping; the codes a client retries ([`CodeSet::RETRYABLE`]) | E12, E13 |
-//! | [`Reason`] | machine-readable reasons (`RATE_LIMITED`, `STOCK_CONFLICT`, ...) | R2 |
-//! | [`Status`] | code + reason + message + retry-after: the error actions return | E12 |
-//! | [`Deadline`] | the whole call's time budget on tokio's clock | R3 |
-//! | `From<Status> for tonic::Status` and back (feature `tonic`) | `?` in a tonic handler; the reason as `ErrorInfo`, the retry-after as `RetryInfo` | T6 |
-//! | [`whole_millis`] | a duration as a count of milliseconds, for event fields and store expiries | E15 |
-//! | [`run::Run`] | the deduplicated run in progress, and the keys it sends downstream | K7 |
+//! | type | what it is |
+//! |---|---|
+//! | [`IdempotencyKey`] | a validated client key, random ([`IdempotencyKey::generate`]) or derived ([`IdempotencyKey::derive`]) |
+//! | [`headers`], [`KeyHeaderError`] | the header names idem speaks, and reading a key header's value ([`IdempotencyKey::from_header_value`]) |
+//! | [`Scope`] | tenant + method + key, injectively encoded, and its SHA-256 [digest](Scope::digest) |
+//! | [`Hex`] | bytes as lower-case hex, as a scope digest is written in keys, notices and logs |
+//! | [`Fingerprint`] | XXH3-128 of the request's canonical bytes; a key reused for another payload is a conflict |
+//! | [`Code`], [`CodeSet`] | the 17 gRPC status codes and their HTTP mapping; the codes a client retries ([`CodeSet::RETRYABLE`]) |
+//! | [`Reason`] | machine-readable reasons (`RATE_LIMITED`, `STOCK_CONFLICT`, ...) |
+//! | [`Status`] | code + reason + message + retry-after: the error actions return |
+//! | [`Deadline`] | the whole call's time budget on tokio's clock |
+//! | `From<Status> for tonic::Status` and back (feature `tonic`) | `?` in a tonic handler; the reason as `ErrorInfo`, the retry-after as `RetryInfo` |
+//! | [`whole_millis`] | a duration as a count of milliseconds, for event fields and store expiries |
+//! | [`run::Run`] | the deduplicated run in progress, and the keys it sends downstream |
 //!
 //! How it fits: `idem-dedup` (the engine) files results under a [`Scope`] and compares
 //! [`Fingerprint`]s; `idem-retry` classifies [`Status`] codes and checks the [`Deadline`];

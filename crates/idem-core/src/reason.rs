@@ -9,7 +9,7 @@ use std::fmt;
 pub const ERROR_DOMAIN: &str = "idem";
 
 /// A machine-readable reason (an `UPPER_SNAKE` word, as in `google.rpc.ErrorInfo.reason`) that
-/// refines a [`Code`](crate::Code). Classification (R2) reads both: `UNAVAILABLE` with
+/// refines a [`Code`](crate::Code). Classification reads both: `UNAVAILABLE` with
 /// [`UPSTREAM_UNAVAILABLE`](Reason::UPSTREAM_UNAVAILABLE) is worth a retry, `ABORTED` with
 /// [`STOCK_CONFLICT`](Reason::STOCK_CONFLICT) only after a refresh.
 ///
@@ -22,38 +22,38 @@ pub const ERROR_DOMAIN: &str = "idem";
 pub struct Reason(Cow<'static, str>);
 
 impl Reason {
-    /// A dependency of the server is down (retryable, R2).
+    /// A dependency of the server is down (retryable).
     pub const UPSTREAM_UNAVAILABLE: Reason = Reason(Cow::Borrowed("UPSTREAM_UNAVAILABLE"));
-    /// The caller is over a rate limit; wait the retry-after (R2).
+    /// The caller is over a rate limit; wait the retry-after.
     pub const RATE_LIMITED: Reason = Reason(Cow::Borrowed("RATE_LIMITED"));
-    /// A versioned write lost a race; re-read, then retry with the new version (R2).
+    /// A versioned write lost a race; re-read, then retry with the new version.
     pub const STOCK_CONFLICT: Reason = Reason(Cow::Borrowed("STOCK_CONFLICT"));
-    /// The same idempotency key came with another request fingerprint (K4).
+    /// The same idempotency key came with another request fingerprint.
     pub const IDEMPOTENCY_CONFLICT: Reason = Reason(Cow::Borrowed("IDEMPOTENCY_CONFLICT"));
-    /// A duplicate arrived while the first request was running, under the Reject policy (E14).
+    /// A duplicate arrived while the first request was running, under the Reject policy.
     pub const REQUEST_IN_FLIGHT: Reason = Reason(Cow::Borrowed("REQUEST_IN_FLIGHT"));
-    /// The dedup engine is full (E7).
+    /// The dedup engine is full.
     pub const ENGINE_FULL: Reason = Reason(Cow::Borrowed("ENGINE_FULL"));
-    /// A run passed its in-flight lease and was cancelled (E6).
+    /// A run passed its in-flight lease and was cancelled.
     pub const LEASE_EXPIRED: Reason = Reason(Cow::Borrowed("LEASE_EXPIRED"));
-    /// The engine is shutting down (E10).
+    /// The engine is shutting down.
     pub const SHUTTING_DOWN: Reason = Reason(Cow::Borrowed("SHUTTING_DOWN"));
-    /// The action panicked (E4).
+    /// The action panicked.
     pub const ACTION_PANICKED: Reason = Reason(Cow::Borrowed("ACTION_PANICKED"));
-    /// The idempotency key broke its rule: 8 to 64 characters of `A-Z a-z 0-9 _ -` (K1).
+    /// The idempotency key broke its rule: 8 to 64 characters of `A-Z a-z 0-9 _ -`.
     pub const INVALID_IDEMPOTENCY_KEY: Reason = Reason(Cow::Borrowed("INVALID_IDEMPOTENCY_KEY"));
     /// The scope around a valid key is refused: the tenant or the method (request path) is empty
-    /// or over its length limit (K3).
+    /// or over its length limit.
     pub const INVALID_SCOPE: Reason = Reason(Cow::Borrowed("INVALID_SCOPE"));
     /// A write came without an idempotency key.
     pub const MISSING_IDEMPOTENCY_KEY: Reason = Reason(Cow::Borrowed("MISSING_IDEMPOTENCY_KEY"));
-    /// The connection was lost after the request was sent: the outcome is unknown (S3).
+    /// The connection was lost after the request was sent: the outcome is unknown.
     pub const UNKNOWN_OUTCOME: Reason = Reason(Cow::Borrowed("UNKNOWN_OUTCOME"));
     /// The request ran once, but its response was too large for the server to store, so a
-    /// duplicate cannot be given it; the duplicate gets this instead of a second run (E16).
+    /// duplicate cannot be given it; the duplicate gets this instead of a second run.
     pub const RESPONSE_NOT_STORED: Reason = Reason(Cow::Borrowed("RESPONSE_NOT_STORED"));
     /// A holder's claim on a shared tier was taken over by a later claim (its lease lapsed and
-    /// another run holds a higher fencing token): its result was not stored (D1, D5).
+    /// another run holds a higher fencing token): its result was not stored.
     pub const FENCED_OUT: Reason = Reason(Cow::Borrowed("FENCED_OUT"));
     /// The run a caller waited for ended without a result (its leader went away before starting,
     /// or the scope was forgotten); retry with the same key.

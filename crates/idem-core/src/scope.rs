@@ -1,4 +1,4 @@
-//! Scopes: the (tenant, method, key) triple results are filed under (K3).
+//! Scopes: the (tenant, method, key) triple results are filed under.
 
 use std::fmt;
 use std::sync::Arc;
@@ -15,7 +15,7 @@ pub const MAX_METHOD_LEN: usize = 256;
 /// Encodings up to this many bytes are assembled on the stack (see `Scope::encode`).
 const STACK_ENCODING: usize = 128;
 
-/// Where one intent's result lives: tenant + method + [`IdempotencyKey`] (K3).
+/// Where one intent's result lives: tenant + method + [`IdempotencyKey`].
 ///
 /// # Why scoped
 ///
@@ -54,7 +54,7 @@ pub struct Scope {
     encoded: Arc<[u8]>,
 }
 
-/// Why a scope could not be built; the message names the broken rule of K3 (or K1).
+/// Why a scope could not be built; the message names the broken rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ScopeError {
     /// The tenant is empty.
@@ -71,7 +71,7 @@ pub enum ScopeError {
         /// The length that was given.
         len: usize,
     },
-    /// The key broke K1.
+    /// The key broke the key rule (8 to 64 characters of `A-Z a-z 0-9 _ -`).
     Key(KeyError),
     /// Encoded bytes given to [`Scope::from_encoded`] are not a scope encoding.
     Malformed(&'static str),
@@ -167,7 +167,7 @@ impl Scope {
         Scope { encoded }
     }
 
-    /// Builds a scope from three strings, validating the key too (K1, K3).
+    /// Builds a scope from three strings, validating the key too.
     ///
     /// # Errors
     ///

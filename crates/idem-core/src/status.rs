@@ -8,10 +8,10 @@ use std::time::Duration;
 use crate::{Code, Reason};
 
 /// An error with a gRPC [`Code`], an optional [`Reason`], a human message and an optional
-/// server-suggested retry delay (E12, R2).
+/// server-suggested retry delay.
 ///
 /// Actions run by the dedup engine return `Result<V, Status>`: the code decides whether a failure
-/// may be cached (E13) and whether a client may retry it (R2). Cloning is cheap; the
+/// may be cached and whether a client may retry it. Cloning is cheap; the
 /// optional source error is shared.
 ///
 /// ```

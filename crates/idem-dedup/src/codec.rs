@@ -2,7 +2,7 @@
 
 use idem_core::{Code, Status};
 
-/// Turns a value into the bytes a shared tier stores and back (D1).
+/// Turns a value into the bytes a shared tier stores and back.
 ///
 /// The stored bytes are what another instance replays, so a codec must be stable across the
 /// versions of your service that run side by side.

@@ -9,7 +9,7 @@ use idem_core::{Code, CodeSet};
 
 use crate::trace::ScopeLogging;
 
-/// What a duplicate gets while the first call for its scope is still running (E14).
+/// What a duplicate gets while the first call for its scope is still running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum InFlightPolicy {
     /// Wait for the run and share its result (joined). The default.
@@ -33,7 +33,7 @@ pub enum ConfigError {
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ConfigError::Invalid(rule) => write!(f, "invalid engine config: {rule}"),
+            ConfigError::Invalid(rule) => write!(f, "invalid engine setting: {rule}"),
             ConfigError::NoRuntime => f.write_str(
                 "Engine::build must be called inside a tokio runtime (or use build_on(handle))",
             ),
@@ -59,11 +59,11 @@ pub(crate) struct Config {
     pub(crate) max_bytes: usize,
     /// Percent of each shard's part of the budget one tenant may hold; `None`: no limit.
     pub(crate) tenant_share: Option<u8>,
-    /// The `engine` label of the metrics and field of the spans (E15).
+    /// The `engine` label of the metrics and field of the spans.
     pub(crate) name: Arc<str>,
-    /// What spans and events show of a scope (E15).
+    /// What spans and events show of a scope.
     pub(crate) scope_logging: ScopeLogging,
-    /// Whether the action runs as the current [`Run`](idem_core::run::Run) (K7). Off for the
+    /// Whether the action runs as the current [`Run`](idem_core::run::Run). Off for the
     /// local engine of an engine that runs the action itself under a claim and sets the run
     /// there, with its fencing token.
     pub(crate) sets_run: bool,
@@ -88,7 +88,7 @@ pub(crate) fn check_name(name: &str) -> Result<(), ConfigError> {
     }
 }
 
-/// Weighs a stored value in bytes (E16); see [`EngineBuilder::weigher`](crate::EngineBuilder::weigher).
+/// Weighs a stored value in bytes; see [`EngineBuilder::weigher`](crate::EngineBuilder::weigher).
 pub(crate) type Weigher<V> = Arc<dyn Fn(&V) -> usize + Send + Sync>;
 
 impl Config {

@@ -1,5 +1,5 @@
 //! [`Deduplicator`]: what the in-process [`Engine`] and the [`TieredEngine`] have in common, so
-//! servers (the tower layer in `idem-tower`) run over either (T5).
+//! servers (the tower layer in `idem-tower`) run over either.
 
 use std::future::Future;
 
@@ -11,7 +11,7 @@ use crate::{Codec, DedupError, Engine, EntryInfo, Outcome, Stats};
 
 /// Runs each scope's action once and gives its result to every duplicate: the interface of the
 /// in-process [`Engine`] and of the [`TieredEngine`] (a local engine in front of a shared tier),
-/// so code written against it — a server layer, a job runner — works over either (T5).
+/// so code written against it — a server layer, a job runner — works over either.
 ///
 /// The action gets a [`Context`](Self::Context): `()` from an [`Engine`], the claim's
 /// [`FencingToken`] from a [`TieredEngine`]; a tier with a transactional mode hands its
@@ -119,7 +119,7 @@ pub trait Deduplicator: Clone + Send + Sync + 'static {
     }
 
     /// As [`execute`](Self::execute), but this caller stops waiting at `deadline` with
-    /// [`DedupError::DeadlineExceeded`] (E5); the run goes on and its result is stored.
+    /// [`DedupError::DeadlineExceeded`]; the run goes on and its result is stored.
     ///
     /// # Errors
     ///
@@ -138,7 +138,7 @@ pub trait Deduplicator: Clone + Send + Sync + 'static {
         self.execute_until(scope, fingerprint, Some(deadline), action)
     }
 
-    /// What is held for `scope`: in flight or completed, its age and time to expiry (E13).
+    /// What is held for `scope`: in flight or completed, its age and time to expiry.
     ///
     /// # Errors
     ///
@@ -149,14 +149,14 @@ pub trait Deduplicator: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<EntryInfo>, DedupError>> + Send;
 
     /// Removes whatever is held for `scope`, here and in a shared tier; returns whether there was
-    /// anything (E3, E13). The next call runs the action again.
+    /// anything. The next call runs the action again.
     ///
     /// # Errors
     ///
     /// [`DedupError::ShuttingDown`], or a shared tier's failure.
     fn forget(&self, scope: &Scope) -> impl Future<Output = Result<bool, DedupError>> + Send;
 
-    /// The (local) engine's counts, read without a message (E9).
+    /// The (local) engine's counts, read without a message.
     fn stats(&self) -> Stats;
 }
 

@@ -1,4 +1,4 @@
-//! Why a call did not get a value; every error maps to a status code (E12).
+//! Why a call did not get a value; every error maps to a status code.
 
 use std::fmt;
 use std::time::Duration;
@@ -26,42 +26,42 @@ use crate::OutcomeKind;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DedupError {
-    /// Same scope, other request fingerprint (K4). The action did not run.
+    /// Same scope, other request fingerprint. The action did not run.
     Conflict,
-    /// The action failed with its own status; every waiter of that run gets the same error
-    /// (E3). `outcome` says whether this call ran the action, joined it, or got a cached
-    /// failure replayed (only for codes declared cacheable, E13).
+    /// The action failed with its own status; every waiter of that run gets the same error.
+    /// `outcome` says whether this call ran the action, joined it, or got a cached
+    /// failure replayed (only for codes declared cacheable).
     Action {
         /// The action's error.
         status: Status,
         /// How this call met the failure.
         outcome: OutcomeKind,
     },
-    /// The action panicked (E4). The shard keeps serving.
+    /// The action panicked. The shard keeps serving.
     Panicked {
         /// The panic message, when it was a string.
         message: String,
     },
-    /// `max_entries` is reached, or the stored values weigh `max_bytes`, and this scope is new
-    /// (E7, E16). Nothing is evicted.
+    /// `max_entries` is reached, or the stored values weigh `max_bytes`, and this scope is new.
+    /// Nothing is evicted.
     Overloaded {
         /// When to try again.
         retry_after: Duration,
     },
     /// This scope is new and its tenant holds its whole share of the engine
-    /// ([`tenant_share`](crate::EngineBuilder::tenant_share), E16); other tenants are
+    /// ([`tenant_share`](crate::EngineBuilder::tenant_share)); other tenants are
     /// still served. Reason `TENANT_QUOTA_EXCEEDED`.
     TenantQuotaExceeded {
         /// When to try again.
         retry_after: Duration,
     },
     /// The scope is in flight and the engine's policy is
-    /// [`InFlightPolicy::Reject`](crate::InFlightPolicy::Reject) (E14).
+    /// [`InFlightPolicy::Reject`](crate::InFlightPolicy::Reject).
     InFlight {
         /// When to try again.
         retry_after: Duration,
     },
-    /// The run passed `in_flight_timeout` (E6): it was cancelled, or it completed only after
+    /// The run passed `in_flight_timeout`: it was cancelled, or it completed only after
     /// the engine had ended it at its lease, and its result was not stored. Either way nothing is
     /// stored and every caller of the run, its leader included, gets this error; a retry with the
     /// same key runs the action again.
@@ -73,15 +73,15 @@ pub enum DedupError {
     /// before the action started, or an operator forgot the in-flight entry). Retry with the same
     /// key.
     Abandoned,
-    /// This caller's own deadline passed while it waited (E5). The run goes on and its
+    /// This caller's own deadline passed while it waited. The run goes on and its
     /// result is stored for the retry that follows.
     DeadlineExceeded,
-    /// The engine is shutting down or stopped (E10).
+    /// The engine is shutting down or stopped.
     ShuttingDown,
 }
 
 impl DedupError {
-    /// The status code (E12).
+    /// The status code.
     pub fn code(&self) -> Code {
         match self {
             DedupError::Conflict => Code::FailedPrecondition,

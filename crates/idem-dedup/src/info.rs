@@ -1,4 +1,4 @@
-//! What [`Engine::lookup`](crate::Engine::lookup) tells an operator about a scope (E13): its
+//! What [`Engine::lookup`](crate::Engine::lookup) tells an operator about a scope: its
 //! state, its age and when it expires. The public face of an entry, kept apart from the entry
 //! itself so the messages that carry it need not know the table's layout.
 
@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use idem_core::Code;
 
-/// What an operator sees when looking a scope up (E13).
+/// What an operator sees when looking a scope up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EntryInfo {
     /// In flight or completed.
@@ -28,6 +28,6 @@ pub enum EntryState {
     },
     /// A success is stored and will be replayed.
     Completed,
-    /// A failure with a cacheable code is stored and will be replayed (E13).
+    /// A failure with a cacheable code is stored and will be replayed.
     CachedFailure(Code),
 }

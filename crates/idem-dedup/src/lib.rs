@@ -37,7 +37,7 @@
 //! client half that retries with one stable key; `idem-redis` adds a second tier so several server
 //! instances agree.
 //!
-//! ## Shape (E8)
+//! ## Shape
 //!
 //! A scope is hashed once (SipHash-1-3 with a random key per engine, in one pass over the scope's
 //! bytes: clients choose keys, so the hash must not be predictable) and the hash picks one of N
@@ -61,19 +61,19 @@
 //! The action itself runs in the leader's own call, not in a spawned task: a spawn per action cost
 //! ~37% of new-key throughput in a prototype. If the leader's call is dropped mid-run (client
 //! disconnect, caller deadline) the half-run future is handed to a new task, so the side effect is
-//! never left half done and its result is stored for the retry that follows (E5).
+//! never left half done and its result is stored for the retry that follows.
 //!
 //! ## Guarantees and defaults
 //!
-//! | | behaviour | default | requirement |
-//! |---|---|---|---|
-//! | TTL | results expire at completion + TTL, removed by the wheel without any read | 24 h | E2 |
-//! | failures | not stored; every waiter gets the error; codes you declare are cached | none cached | E3, E13 |
-//! | panics | a failure with `INTERNAL`; the shard keeps serving | | E4 |
-//! | lease | a run longer than this is cancelled; waiters get `UNAVAILABLE` | 30 s | E6 |
-//! | memory | `max_entries` caps in-flight + completed; new scopes get `RESOURCE_EXHAUSTED`; nothing is evicted | 1,000,000 | E7 |
-//! | shards | one actor each | available parallelism | E8 |
-//! | in flight | duplicates wait (`Wait`) or get `ABORTED` (`Reject`) | `Wait` | E14 |
+//! | | behaviour | default |
+//! |---|---|---|
+//! | TTL | results expire at completion + TTL, removed by the wheel without any read | 24 h |
+//! | failures | not stored; every waiter gets the error; codes you declare are cached | none cached |
+//! | panics | a failure with `INTERNAL`; the shard keeps serving | |
+//! | lease | a run longer than this is cancelled; waiters get `UNAVAILABLE` | 30 s |
+//! | memory | `max_entries` caps in-flight + completed; new scopes get `RESOURCE_EXHAUSTED`; nothing is evicted | 1,000,000 |
+//! | shards | one actor each | available parallelism |
+//! | in flight | duplicates wait (`Wait`) or get `ABORTED` (`Reject`) | `Wait` |
 //!
 //! ### Why eviction is refused
 //!
@@ -81,7 +81,7 @@
 //! the side effect a second time. A full engine therefore refuses *new* scopes with a retry-after
 //! hint and keeps replaying the ones it holds.
 //!
-//! ## Observability (E9, E15)
+//! ## Observability
 //!
 //! [`Engine::stats`] reads per-shard atomics (no message), cheap enough to scrape every second
 //! under full load. The same figures go to the [`metrics`](mod@crate::metrics) facade, each
@@ -90,7 +90,7 @@
 //! `tracing` span that names its scope by a short digest, never by its key, and lease expiries,
 //! panics and a tier's faults are warn events: see the [`trace`] module.
 //!
-//! ## Large values (E11)
+//! ## Large values
 //!
 //! Values are cloned to each waiter and replay, so make `V` cheap to clone: an `Arc<T>`,
 //! `bytes::Bytes`, or, for large responses, just what a retry needs — an operation id and a status

@@ -1,4 +1,4 @@
-//! Metric names and labels, in one place (E9, E15).
+//! Metric names and labels, in one place.
 //!
 //! The engine reports through the [`metrics`] facade; install any recorder (for example
 //! `metrics-exporter-prometheus`) **before** building an engine: an engine resolves its metric
@@ -52,8 +52,8 @@
 //! `unrecorded` (the action ran but its completion could not be written at once),
 //! `recorded_late` (written later by the background retry), `record_lost` (never written),
 //! `release_failed`, `reclaimed` (an orphaned claim of this engine taken back), `local_full`
-//! (the local engine was full; the call went to the tier directly, D6), and for the lease
-//! renewals of running actions (D8) `renewed`, `lease_lost` (a renewal found another run holding
+//! (the local engine was full; the call went to the tier directly), and for the lease
+//! renewals of running actions `renewed`, `lease_lost` (a renewal found another run holding
 //! the scope) and `renew_failed` (the tier failed; tried again at the next tick). Calls served by the local
 //! engine alone (local joins and replays) never reach the tier; `idem_dedup_calls_total` counts
 //! them. A `wait` round trip lasts until the other instance's run ends or the wait's poll

@@ -1,10 +1,10 @@
-//! What a call got: executed, joined or replayed (E1), and from where (D1).
+//! What a call got: executed, joined or replayed, and from where.
 
 use tokio::time::Instant;
 
 use crate::remote::FencingToken;
 
-/// How a successful call got its value (E1).
+/// How a successful call got its value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OutcomeKind {
     /// This call ran the action.
@@ -56,7 +56,7 @@ pub struct Outcome<V> {
     expires_at: Instant,
 }
 
-/// Where the value of an [`Outcome`] was produced (D1).
+/// Where the value of an [`Outcome`] was produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Source {
@@ -164,7 +164,7 @@ impl<V> Outcome<V> {
         (self.token != 0).then_some(FencingToken::new(self.token))
     }
 
-    /// Whether the shared tier holds the result, so other instances replay it (D5). `false` when
+    /// Whether the shared tier holds the result, so other instances replay it. `false` when
     /// the action ran here but its completion could not be written (the tier failed; writing it is
     /// retried while the claim is still this run's, and counted in
     /// [`TierStats::unrecorded`](crate::tiered::TierStats::unrecorded)), and for fail-open runs.

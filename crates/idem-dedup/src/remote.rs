@@ -1,4 +1,4 @@
-//! A second tier behind the engine, shared by several server instances (D1–D6).
+//! A second tier behind the engine, shared by several server instances.
 //!
 //! # Why a second tier
 //!
@@ -23,7 +23,7 @@
 //! 3. An instance that met another's claim [`wait`](RemoteTier::wait)s for a change (a completion
 //!    notice, or the holder's lease lapsing), then claims again: it then gets the result, or, if the
 //!    holder died, the claim itself.
-//! 4. Operators [`lookup`](RemoteTier::lookup) and [`forget`](RemoteTier::forget) records (E13).
+//! 4. Operators [`lookup`](RemoteTier::lookup) and [`forget`](RemoteTier::forget) records.
 //!
 //! # Owners and orphans
 //!
@@ -234,7 +234,7 @@ pub use claim::{Claim, ClaimOutcome, Commit, RecordState, RemoteRecord};
 pub use token::{FencingToken, OwnerId};
 pub use waiters::{Waiters, Waiting};
 
-/// A shared record of scopes that several instances consult (D1–D6); see the [module
+/// A shared record of scopes that several instances consult; see the [module
 /// docs](self) for the protocol and a complete implementation.
 ///
 /// Implementations must make [`claim`](Self::claim) atomic (two concurrent claims of a free scope:
@@ -259,7 +259,7 @@ pub trait RemoteTier: Send + Sync + 'static {
     ) -> impl Future<Output = Result<ClaimOutcome, Status>> + Send;
 
     /// Stores the encoded `value` for `ttl` if no later claim of the scope exists, even if the
-    /// claim's lease ran out, and lets waiters know (D1, D5). Completing again with the same
+    /// claim's lease ran out, and lets waiters know. Completing again with the same
     /// claim once it is stored answers [`Commit::Committed`] (a retry after a lost reply).
     ///
     /// # Errors
@@ -274,7 +274,7 @@ pub trait RemoteTier: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Commit, Status>> + Send;
 
     /// Extends the claim's lease to `lease` from now, on the tier's own clock, while the claim
-    /// still holds the scope: the keep-alive a holder sends while its action runs (D8).
+    /// still holds the scope: the keep-alive a holder sends while its action runs.
     ///
     /// Fenced like [`complete`](Self::complete): [`Commit::Committed`] while the scope's record is
     /// this claim's, still in flight; like a completion, a claim whose lease lapsed while nobody
@@ -303,7 +303,7 @@ pub trait RemoteTier: Send + Sync + 'static {
     fn release(&self, claim: Claim<'_>) -> impl Future<Output = Result<Commit, Status>> + Send;
 
     /// Waits until the record of `scope` may have changed from "held by `holder`" (completed,
-    /// released, lapsed), or `at_most` passed, whichever comes first (D2). The caller then
+    /// released, lapsed), or `at_most` passed, whichever comes first. The caller then
     /// claims again. Implementations must not miss a change that happens after the claim that
     /// reported `holder` (they may report spurious ones), and must never spin.
     ///
@@ -318,7 +318,7 @@ pub trait RemoteTier: Send + Sync + 'static {
         at_most: Duration,
     ) -> impl Future<Output = Result<(), Status>> + Send;
 
-    /// What the tier holds for `scope`, if anything (E13).
+    /// What the tier holds for `scope`, if anything.
     ///
     /// # Errors
     ///
@@ -329,7 +329,7 @@ pub trait RemoteTier: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<RemoteRecord>, Status>> + Send;
 
     /// Removes the record of `scope` (in flight or completed), keeping what makes later tokens
-    /// higher; returns whether there was one (E13). The next call runs the action again.
+    /// higher; returns whether there was one. The next call runs the action again.
     ///
     /// # Errors
     ///

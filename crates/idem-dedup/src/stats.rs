@@ -1,5 +1,5 @@
 //! What [`Engine::stats`](crate::Engine::stats) reads: counters summed over the shards, without
-//! touching a mailbox (E9).
+//! touching a mailbox.
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -13,8 +13,8 @@ pub struct ShardStats {
     pub in_flight: u64,
     /// Completed results stored (successes and cached failures).
     pub completed: u64,
-    /// What the stored values weigh, with a [`weigher`](crate::EngineBuilder::weigher)
-    /// (E16); 0 without one.
+    /// What the stored values weigh, with a [`weigher`](crate::EngineBuilder::weigher);
+    /// 0 without one.
     pub bytes: u64,
 }
 
@@ -28,33 +28,33 @@ pub struct OutcomeCounts {
     pub joined: u64,
     /// Calls answered from a stored result.
     pub replayed: u64,
-    /// Calls refused for a fingerprint conflict (K4).
+    /// Calls refused for a fingerprint conflict.
     pub conflicts: u64,
     /// Runs that ended with the action's error.
     pub failed: u64,
-    /// Runs whose action panicked (E4).
+    /// Runs whose action panicked.
     pub panicked: u64,
-    /// Calls refused because the engine was full (E7, E16), or because their tenant held its
-    /// whole share (E16; counted in [`tenant_refused`](Self::tenant_refused) as well).
+    /// Calls refused because the engine was full, or because their tenant held its
+    /// whole share (counted in [`tenant_refused`](Self::tenant_refused) as well).
     pub overloaded: u64,
-    /// Calls refused because their tenant held its whole share of the engine (E16).
+    /// Calls refused because their tenant held its whole share of the engine.
     pub tenant_refused: u64,
-    /// Calls refused because the scope was in flight under `Reject` (E14).
+    /// Calls refused because the scope was in flight under `Reject`.
     pub rejected_in_flight: u64,
-    /// Runs cancelled by the in-flight lease (E6). A run forgotten before its lease ran out was
+    /// Runs cancelled by the in-flight lease. A run forgotten before its lease ran out was
     /// already counted as abandoned and is not counted again.
     pub lease_expired: u64,
     /// Runs that ended without a result (leader dropped before starting, or forgotten).
     pub abandoned: u64,
-    /// Stored results removed by TTL expiry (E2).
+    /// Stored results removed by TTL expiry.
     pub expired: u64,
-    /// Callers that stopped waiting at their own deadline (E5).
+    /// Callers that stopped waiting at their own deadline.
     pub deadline_exceeded: u64,
-    /// Sends that found a shard's mailbox full and waited for room (E8).
+    /// Sends that found a shard's mailbox full and waited for room.
     pub mailbox_full: u64,
 }
 
-/// A snapshot of the engine's counters (E9), from [`Engine::stats`](crate::Engine::stats).
+/// A snapshot of the engine's counters, from [`Engine::stats`](crate::Engine::stats).
 ///
 /// Reading it costs one relaxed load per counter per shard and sends no message, so scraping it
 /// every second — or every millisecond — under full load is cheap. Counts of different shards are
@@ -68,7 +68,7 @@ pub struct Stats {
     pub in_flight: u64,
     /// Completed results stored, all shards.
     pub completed: u64,
-    /// What the stored values weigh, all shards (with a weigher; E16).
+    /// What the stored values weigh, all shards (with a weigher).
     pub bytes: u64,
     /// Outcome counters, all shards.
     pub outcomes: OutcomeCounts,

@@ -1,4 +1,4 @@
-//! Tracing (E15): a span per deduplicated call, warn events for what an operator must act
+//! Tracing: a span per deduplicated call, warn events for what an operator must act
 //! on, and the short scope digest that names a scope in both without giving its key away.
 //!
 //! # Why a digest and not the scope
@@ -10,7 +10,7 @@
 //! [`ScopeDigest`] is the first 8 bytes of SHA-256 over the scope's encoding
 //! ([`Scope::as_bytes`]), the same in every process and every version. It is a name for
 //! correlating logs, not a secret-keeping hash: a key from a small set (sequential order numbers)
-//! can be found by trying them all, while a random key (K2's UUIDs) cannot. Where the raw scope is
+//! can be found by trying them all, while a random key (a UUID) cannot. Where the raw scope is
 //! wanted in logs (a test system, a single-tenant service), opt in with
 //! [`ScopeLogging::Raw`].
 //!
@@ -44,15 +44,15 @@
 //!
 //! | name | when | more fields |
 //! |---|---|---|
-//! | `idem_dedup.lease_expired` | a run passed its in-flight lease and was ended; its waiters get `UNAVAILABLE` (E6) | `lease_ms` |
-//! | `idem_dedup.completed_after_lease` | a leader's action finished after its run was ended at the lease: its result was not stored, and a retry runs the action again (E6) | `lease_ms` |
-//! | `idem_dedup.panicked` | an action panicked (E4) | `panic` (its message) |
-//! | `idem_dedup.tier.fail_open` | the tier failed and the action ran without a claim (D3, opt-in) | `error` |
-//! | `idem_dedup.tier.fenced_out` | the action outlived its claim and another run took the scope over; this result was not stored (D1) | `token`, `lease_ms` |
-//! | `idem_dedup.tier.unrecorded` | the action ran but its completion could not be written; retried in the background (D5) | `token`, `error` |
-//! | `idem_dedup.tier.record_lost` | that background retry gave up: other instances may run the request again (D5) | `token`, `fenced_out` |
+//! | `idem_dedup.lease_expired` | a run passed its in-flight lease and was ended; its waiters get `UNAVAILABLE` | `lease_ms` |
+//! | `idem_dedup.completed_after_lease` | a leader's action finished after its run was ended at the lease: its result was not stored, and a retry runs the action again | `lease_ms` |
+//! | `idem_dedup.panicked` | an action panicked | `panic` (its message) |
+//! | `idem_dedup.tier.fail_open` | the tier failed and the action ran without a claim (opt-in) | `error` |
+//! | `idem_dedup.tier.fenced_out` | the action outlived its claim and another run took the scope over; this result was not stored | `token`, `lease_ms` |
+//! | `idem_dedup.tier.unrecorded` | the action ran but its completion could not be written; retried in the background | `token`, `error` |
+//! | `idem_dedup.tier.record_lost` | that background retry gave up: other instances may run the request again | `token`, `fenced_out` |
 //! | `idem_dedup.tier.release_failed` | a failed run's claim could not be released; retried in the background | `token`, `error` |
-//! | `idem_dedup.tier.lease_lost` | a lease renewal found another run holding the scope: the run's `Run` is marked lost, its result will not be stored (D8) | `token`, `lease_ms` |
+//! | `idem_dedup.tier.lease_lost` | a lease renewal found another run holding the scope: the run's `Run` is marked lost, its result will not be stored | `token`, `lease_ms` |
 //! | `idem_dedup.tier.renew_failed` | a lease renewal was refused by the tier for another reason than being unavailable (a schema without the renewal function, say); tried again at the next tick | `token`, `error` |
 //!
 //! A call that fails closed because the tier is down is a `DEBUG` event
@@ -126,7 +126,7 @@ impl fmt::Debug for ScopeDigest {
     }
 }
 
-/// What spans and events show of a scope (E15); see
+/// What spans and events show of a scope; see
 /// [`EngineBuilder::scope_logging`](crate::EngineBuilder::scope_logging).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ScopeLogging {
@@ -270,7 +270,7 @@ mod tests {
 
     use super::*;
 
-    /// E15: the digest is SHA-256's first 8 bytes over the scope's encoding, in hex; fixed
+    /// The digest is SHA-256's first 8 bytes over the scope's encoding, in hex; fixed
     /// across processes and versions (a change would break log correlation between versions).
     #[test]
     fn e15_scope_digest_is_the_first_8_bytes_of_sha256_of_the_encoding() {

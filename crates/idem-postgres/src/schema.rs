@@ -58,6 +58,8 @@ pub enum SetupError {
     },
     /// The database did not answer within this long.
     Timeout(Duration),
+    /// `build()` was called outside a tokio runtime; the local engine and the sweeper need one.
+    NoRuntime,
 }
 
 impl fmt::Display for SetupError {
@@ -71,6 +73,10 @@ impl fmt::Display for SetupError {
             SetupError::Timeout(d) => {
                 write!(f, "PostgreSQL did not answer within {} ms", d.as_millis())
             }
+            SetupError::NoRuntime => f.write_str(
+                "the PostgreSQL engine must be built inside a tokio runtime (its local engine \
+                 and sweeper are tasks)",
+            ),
         }
     }
 }

@@ -1,4 +1,4 @@
-//! One Redis server or one Redis Cluster, behind the same calls, each with a time limit (D3).
+//! One Redis server or one Redis Cluster, behind the same calls, each with a time limit.
 
 use std::future::Future;
 use std::time::Duration;
@@ -232,7 +232,7 @@ async fn timed<T>(
     }
 }
 
-/// `UNAVAILABLE` with [`Reason::UPSTREAM_UNAVAILABLE`]: retryable (R2, D3).
+/// `UNAVAILABLE` with [`Reason::UPSTREAM_UNAVAILABLE`]: retryable.
 pub(crate) fn unavailable(message: String) -> Status {
     Status::new(Code::Unavailable, message).with_reason(Reason::UPSTREAM_UNAVAILABLE)
 }

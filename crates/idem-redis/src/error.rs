@@ -61,7 +61,7 @@ pub enum ConnectError {
 impl fmt::Display for ConnectError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ConnectError::Invalid(rule) => write!(f, "invalid redis tier config: {rule}"),
+            ConnectError::Invalid(rule) => write!(f, "invalid redis tier setting: {rule}"),
             ConnectError::Redis(e) => write!(f, "cannot connect to redis: {e}"),
             ConnectError::Unreachable { address, reason } => match address {
                 Some(at) => write!(f, "cannot connect to redis at {at}: {reason}"),

@@ -1,4 +1,4 @@
-//! Where a scope lives in Redis: key names, hash tags and the completion channel (D1, D3).
+//! Where a scope lives in Redis: key names, hash tags and the completion channel.
 //!
 //! For a scope `s` and the configured prefix `P` (default `idem:`):
 //!
@@ -11,7 +11,7 @@
 //! `T` is the first 16 bytes of SHA-256 over [`Scope::as_bytes`], as 32 lower-case hex digits.
 //! Redis Cluster hashes only what is between the first `{` and the next `}`, so all three live in
 //! one slot, and since `T` is a digest of the injective scope encoding, no `{` or `}` in a
-//! client-chosen tenant, method or key can move a key to another slot (D3).
+//! client-chosen tenant, method or key can move a key to another slot.
 
 use idem_core::{Hex, Scope};
 

@@ -3,7 +3,7 @@
 //! The [`idem_dedup::Engine`] makes retries safe inside one process. Run the service as several
 //! instances behind a load balancer and a client's retry may land on another instance, whose
 //! engine has never seen the key: the side effect would run twice. This crate adds a second tier
-//! on Redis (or Redis Cluster) that the instances share (D1–D3).
+//! on Redis (or Redis Cluster) that the instances share.
 //!
 //! ```no_run
 //! # #[tokio::main]
@@ -38,7 +38,7 @@
 //! the callers of one instance: ten concurrent duplicates on one instance make *one* Redis claim,
 //! and a result this instance already holds is replayed without any Redis round trip. Only the
 //! local leader talks to Redis, through the [`RemoteTier`] trait
-//! (defined in `idem-dedup`, so a relational tier can implement it too, D4); [`RedisTier`]
+//! (defined in `idem-dedup`, so a relational tier can implement it too); [`RedisTier`]
 //! is its Redis implementation.
 //!
 //! The local leader's run:
@@ -48,22 +48,22 @@
 //!    fingerprint is completed, return its value (replayed); if it is held by another instance,
 //!    mark it as awaited and return the holder's token and remaining lease; if it is held by
 //!    *this* instance (a claim whose reply was lost), take it back at once with a new token; if
-//!    the fingerprint differs, it is a conflict: `FAILED_PRECONDITION` (K4).
+//!    the fingerprint differs, it is a conflict: `FAILED_PRECONDITION`.
 //! 2. **renew** — while the action runs, the holder extends its lease every third of it (one
 //!    script, `PEXPIRE` on Redis' clock, *if no later claim exists*; a record that lapsed while
 //!    nobody claimed is taken again). So a live action keeps its claim however long it runs, and
 //!    a crashed holder's claim lapses about one lease after its last renewal. A renewal that finds
 //!    another claim tells the holder it lost the scope: its `Run` says so
-//!    (`idem_core::run::Run::is_lease_lost`), and its completion will be fenced out (D8).
+//!    (`idem_core::run::Run::is_lease_lost`), and its completion will be fenced out.
 //! 3. **complete** — the holder stores the encoded value with the TTL *if no later claim exists*
 //!    (the scope's fence still equals its token, even if its lease ran out), and publishes on the
 //!    scope's channel if someone waits. After a failed action it **releases** instead (same
-//!    check), so the next call runs again (E3). A completion or release that fails is retried
+//!    check), so the next call runs again. A completion or release that fails is retried
 //!    in the background while the claim is still this run's, and counted.
 //! 4. **wait** — an instance that met another's claim waits on pub/sub for the completion notice,
-//!    with a bounded polling fallback through the [`idem_retry::Scheduler`] (never a busy
+//!    with a bounded polling fallback on tokio's timer (never a busy
 //!    loop), then claims again. It gets the value; or, if the holder's lease lapsed (the holder
-//!    crashed), exactly one waiter gets the claim and runs the action (D2). A caller stops
+//!    crashed), exactly one waiter gets the claim and runs the action. A caller stops
 //!    waiting at its own deadline; the wait goes on in the background, so the retry finds the
 //!    result here.
 //!
@@ -138,7 +138,7 @@
 //!
 //! Every Redis call has a time limit ([`RedisTierBuilder::command_timeout`], default 1 s). If
 //! Redis fails or passes it, the call fails **closed** by default: `UNAVAILABLE` with reason
-//! `UPSTREAM_UNAVAILABLE`, retryable (R2), and **no action runs without a claim**. Failures
+//! `UPSTREAM_UNAVAILABLE`, retryable, and **no action runs without a claim**. Failures
 //! are never cached, so once Redis is back (the connection reconnects by itself) the retry goes
 //! through without restarting anything. [`OnUnavailable::FailOpen`] is an explicit opt-in that
 //! runs the action without a claim while Redis is down (duplicates across instances become
@@ -153,7 +153,7 @@
 //! `P{T}:done`, where `P` is the prefix (default `idem:`) and `T` the first 16 bytes of
 //! SHA-256 over the scope's injective encoding, in hex. The `{T}` hash tag puts all three in one
 //! cluster slot, so every script touches one slot; since `T` is a digest, a `{` or `}` sent by a
-//! client in a tenant, method or key cannot move a key to another slot (D3). Connect to a
+//! client in a tenant, method or key cannot move a key to another slot. Connect to a
 //! cluster with [`RedisTierBuilder::connect_cluster`]; the API is the same.
 //!
 //! ## TLS and your own clients
@@ -207,12 +207,14 @@ use rustls as _; // the crypto provider of redis-rs' rustls support
 
 mod config;
 mod conn;
+mod connect;
 mod error;
 mod keys;
 mod link;
 pub mod metrics;
 mod notifier;
 mod persistence;
+mod probe;
 mod scripts;
 mod tier;
 

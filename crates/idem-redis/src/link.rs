@@ -1,4 +1,4 @@
-//! The tier's connection, and the health check that replaces it when it stops answering (D5).
+//! The tier's connection, and the health check that replaces it when it stops answering.
 //!
 //! A Redis Cluster client can stall after a failover: every call, on every slot, times out until
 //! the process restarts, although a fresh client connects at once. So the tier keeps its

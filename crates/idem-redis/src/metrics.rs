@@ -1,4 +1,4 @@
-//! Metric names of the Redis tier, in one place (D3, D5, E9).
+//! Metric names of the Redis tier, in one place.
 //!
 //! | name | kind | labels | meaning |
 //! |---|---|---|---|

@@ -1,5 +1,4 @@
-//! Completion notices through pub/sub, so waiting instances wake when the holder completes
-//! (D2).
+//! Completion notices through pub/sub, so waiting instances wake when the holder completes.
 //!
 //! Each [`RedisTier`](crate::RedisTier) keeps one subscriber connection with one pattern
 //! subscription to every completion channel under its prefix (`P{*}:done`). Completion scripts
@@ -18,7 +17,6 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use idem_dedup::remote::{Waiters, Waiting};
-use idem_retry::{Scheduler, TokioScheduler};
 
 use crate::keys::{tag_of_channel, Tag};
 
@@ -61,7 +59,7 @@ impl Notifier {
 }
 
 /// The subscriber task: connects to one of `clients` (rotating on failure), subscribes to
-/// `pattern`, dispatches messages; reconnects with a capped backoff through the scheduler. Ends
+/// `pattern`, dispatches messages; reconnects with a capped backoff. Ends
 /// when the notifier is dropped (the tier also aborts it on drop).
 pub(crate) async fn run(
     notifier: Weak<Notifier>,
@@ -69,7 +67,6 @@ pub(crate) async fn run(
     pattern: String,
     connect_timeout: Duration,
 ) {
-    let scheduler = TokioScheduler;
     let mut backoff = Duration::from_millis(50);
     let mut next = 0usize;
     loop {
@@ -100,7 +97,7 @@ pub(crate) async fn run(
         if notifier.strong_count() == 0 {
             return;
         }
-        scheduler.sleep(backoff).await;
+        tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(1));
     }
 }

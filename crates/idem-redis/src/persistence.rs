@@ -1,5 +1,5 @@
 //! What a Redis server keeps across a restart, read at connect time (`CONFIG GET appendonly`,
-//! `appendfsync`, `save`; on a cluster, on every primary) (D5).
+//! `appendfsync`, `save`; on a cluster, on every primary).
 
 use std::fmt;
 

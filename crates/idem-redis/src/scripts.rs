@@ -1,5 +1,4 @@
-//! The Lua scripts (claim, complete, release, renew, forget) and how their replies are read (D1,
-//! D5, D8).
+//! The Lua scripts (claim, complete, release, renew, forget) and how their replies are read.
 //!
 //! Each runs atomically on the Redis node that owns the scope's slot; every key it touches carries
 //! the scope's hash tag, so it is a single-slot script on Redis Cluster too.

@@ -357,7 +357,7 @@ impl fmt::Debug for RetryPolicyBuilder {
 /// assert!(matches!(err, InvalidPolicy::Invalid(rule) if rule.contains("max_attempts")));
 /// assert_eq!(
 ///     err.to_string(),
-///     "invalid retry policy: max_attempts must be at least 1 (it counts the first attempt)"
+///     "invalid retry policy setting: max_attempts must be at least 1 (it counts the first attempt)"
 /// );
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -370,7 +370,7 @@ pub enum InvalidPolicy {
 impl fmt::Display for InvalidPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            InvalidPolicy::Invalid(rule) => write!(f, "invalid retry policy: {rule}"),
+            InvalidPolicy::Invalid(rule) => write!(f, "invalid retry policy setting: {rule}"),
         }
     }
 }

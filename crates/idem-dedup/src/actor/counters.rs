@@ -1,4 +1,4 @@
-//! The counters shard actors and callers write, read by `stats()` without a message (E9).
+//! The counters shard actors and callers write, read by `stats()` without a message.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

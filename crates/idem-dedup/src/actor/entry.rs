@@ -15,15 +15,14 @@ use crate::info::{EntryInfo, EntryState};
 ///
 /// The table holds a `Box` per entry, not the entry itself: a hashbrown table keeps between 1.14
 /// and 2.3 slots per entry (it doubles at 7/8 full), so an 8-byte slot instead of the whole record
-/// is what keeps a completed entry small at any table size (E7). Inline, this 72-byte record
-/// would take 83 to 168 bytes of slots and control bytes; boxed it takes 72 plus 10 to 21
-/// (issue 17).
+/// is what keeps a completed entry small at any table size. Inline, this 72-byte record
+/// would take 83 to 168 bytes of slots and control bytes; boxed it takes 72 plus 10 to 21.
 ///
 /// The scope is known by its keyed 128-bit digest ([`ScopeId`]), not by its bytes: 16 bytes
 /// instead of 88, compared in two words on a replay (see `hash.rs` for why a digest tells scopes
 /// apart as surely as the bytes). The digest's first half is the table hash, so the table never
 /// re-runs SipHash when it grows. A run in flight also holds the caller's [`Scope`] (shared, not
-/// copied) for its warn events (E15) and its tenant's count (E16); a completed entry lets it go
+/// copied) for its warn events and its tenant's count; a completed entry lets it go
 /// and keeps the tenant's 4-byte number instead, in room the record has anyway.
 ///
 /// Also kept small, since a completed entry lives for the whole TTL: no timer handle (the timer
@@ -134,7 +133,7 @@ pub(crate) enum State<V> {
     Done {
         /// Failures are boxed behind an `Arc` so a stored success costs only `V`.
         result: Result<V, Arc<Status>>,
-        /// Whose use this entry counts in (E16).
+        /// Whose use this entry counts in.
         tenant: TenantId,
     },
 }
@@ -146,8 +145,8 @@ pub(crate) struct InFlight<V> {
     /// Created by the actor for the run's first duplicate; later ones find it on the read path
     /// (see `join.rs`). `None` while nobody waits, so a new key allocates nothing for it.
     pub(crate) join: Option<Arc<JoinCell<V>>>,
-    /// The leader's scope, shared: its tenant is counted in (E16), and a run that ends badly is
-    /// named in the warn event (E15). Let go when the run completes.
+    /// The leader's scope, shared: its tenant is counted in, and a run that ends badly is
+    /// named in the warn event. Let go when the run completes.
     pub(crate) scope: Scope,
 }
 
@@ -189,7 +188,7 @@ mod tests {
     use super::*;
     use crate::actor::hash::ScopeHasher;
 
-    /// E7 (issue 17): what an entry's box costs, for a `u64` value and an `Arc<[u8]>` one alike.
+    /// What an entry's box costs, for a `u64` value and an `Arc<[u8]>` one alike.
     /// The in-flight part is unboxed only because it fits in the room a stored result takes
     /// (the state enum's tag sits in the scope pointer's niche); this pins both.
     #[test]
@@ -236,7 +235,7 @@ mod tests {
         }
     }
 
-    /// E7: a removed entry kept for reuse holds neither its value nor its caller's scope; the
+    /// A removed entry kept for reuse holds neither its value nor its caller's scope; the
     /// next new key gets the same allocation; no more than `MAX` are kept.
     #[test]
     fn e7_spare_boxes_let_go_of_values_and_scopes_and_are_reused() {
@@ -280,7 +279,7 @@ mod tests {
         assert_eq!(Arc::strong_count(&value), 1, "no kept box holds it");
     }
 
-    /// K3/E8 (issue 17): an entry knows its scope by the keyed digest of the encoding: the same
+    /// An entry knows its scope by the keyed digest of the encoding: the same
     /// scope gives the same digest however it was built, and other scopes, even with the same
     /// bytes split differently over tenant and method, or longer than any inline copy, do not.
     #[test]

@@ -1,5 +1,5 @@
 //! The scope hash: SipHash-1-3 under a random 128-bit key, computed in one pass over the scope's
-//! encoded bytes (E8), in its 128-bit form: one half picks the shard and the table bucket, and
+//! encoded bytes, in its 128-bit form: one half picks the shard and the table bucket, and
 //! both halves together are what an entry keeps to know its scope by ([`ScopeId`]; not the
 //! [`trace::ScopeDigest`](crate::trace::ScopeDigest) of logs, which is unkeyed and stable).
 //!
@@ -10,7 +10,7 @@
 //! pseudo-random function: nobody can choose two scopes with the same output, and two scopes
 //! of an engine share a 128-bit digest by chance with a probability of about n² / 2¹²⁹ for n
 //! entries (for a billion entries, below 10⁻²⁰). A digest thus tells scopes apart as surely as
-//! their bytes, in 16 bytes and two word compares (issue 17).
+//! their bytes, in 16 bytes and two word compares.
 //!
 //! # Why our own loop
 //!

@@ -14,9 +14,9 @@
 //!
 //! The actor drains this queue before every mailbox batch. A report is pushed before the
 //! leader's call returns, so any message a caller sends after seeing that result (a `Lookup`, a
-//! `Begin` for the same scope) finds the report already applied (E13's look-up, E1's replay).
+//! `Begin` for the same scope) finds the report already applied (a look-up, a replay).
 //! The actor also applies it before each sweep, so a run whose report and lease timer are ready at
-//! the same poll is stored, not expired. A run handed off to a task (E5) reports here too;
+//! the same poll is stored, not expired. A run handed off to a task reports here too;
 //! the task holds a mailbox sender until it has, which keeps the actor alive to apply it.
 //!
 //! # Acknowledged reports
@@ -27,8 +27,8 @@
 //! - a run that ends without a stored result (a failure that is not cached, a panic, a lease
 //!   expiry): its caller is answered only once the actor has removed the entry and counted it
 //!   out of the engine-wide entry count, so the room is there for the caller's next call on any
-//!   shard (E7);
-//! - a stored result whose lease the actor may already have swept (E6). Before a sweep the
+//!   shard;
+//! - a stored result whose lease the actor may already have swept. Before a sweep the
 //!   actor drains this queue and records, under the queue's lock, the time it sweeps leases up
 //!   to. A report pushed before that drain is applied before the
 //!   sweep, so its run is stored. A report pushed after it, for a run whose lease deadline is at
@@ -179,7 +179,7 @@ mod tests {
         Report::new(7, token, RunEnd::Abandoned)
     }
 
-    /// E8: reports come out in the order they were pushed, all of them, and a push into an
+    /// Reports come out in the order they were pushed, all of them, and a push into an
     /// empty queue leaves a wake-up even when nobody was waiting yet.
     #[tokio::test]
     async fn e8_reports_drain_in_push_order_and_wake_the_actor() {
@@ -204,7 +204,7 @@ mod tests {
         assert_eq!(again.len(), 1);
     }
 
-    /// E6: a stored run's report asks for an acknowledgement only once the actor has drained for
+    /// A stored run's report asks for an acknowledgement only once the actor has drained for
     /// a sweep that reached the run's lease deadline; before that drain, and for later
     /// deadlines, it does not.
     #[test]

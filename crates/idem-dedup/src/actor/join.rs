@@ -1,4 +1,4 @@
-//! Waiting for a run in flight: one broadcast cell per run that has duplicates (E1, E5).
+//! Waiting for a run in flight: one broadcast cell per run that has duplicates.
 //!
 //! # Why a cell and not a reply per waiter
 //!
@@ -38,7 +38,7 @@ pub(crate) type JoinResult<V> = Result<(V, Instant), DedupError>;
 pub(crate) struct JoinCell<V> {
     result: OnceLock<JoinResult<V>>,
     signal: Notify,
-    /// Calls that joined the run (whether still waiting or not), for look-ups (E13).
+    /// Calls that joined the run (whether still waiting or not), for look-ups.
     joined: AtomicUsize,
     /// Reply slots of duplicates that asked the actor; answered on resolution. Only the actor
     /// touches it (files and drains), so the lock is never contended.
@@ -119,7 +119,7 @@ mod tests {
 
     use super::*;
 
-    /// E1: every waiter, registered before or after the run ends, gets the same value as joined;
+    /// Every waiter, registered before or after the run ends, gets the same value as joined;
     /// a second resolution changes nothing.
     #[tokio::test]
     async fn e1_every_waiter_gets_the_one_resolution() {
@@ -144,7 +144,7 @@ mod tests {
         assert_eq!(cell.joined(), 100);
     }
 
-    /// E1, E8: duplicates that asked the actor are answered through their reply slots when the
+    /// Duplicates that asked the actor are answered through their reply slots when the
     /// cell resolves, once, as joined; a slot whose caller left is skipped.
     #[tokio::test]
     async fn e1_filed_reply_slots_get_the_resolution() {
@@ -166,7 +166,7 @@ mod tests {
         assert!(cell.replies.lock().is_empty());
     }
 
-    /// E5: a waiter that stops waiting leaves the others unaffected.
+    /// A waiter that stops waiting leaves the others unaffected.
     #[tokio::test]
     async fn e5_a_dropped_waiter_does_not_disturb_the_others() {
         let cell = Arc::new(JoinCell::<u32>::new());

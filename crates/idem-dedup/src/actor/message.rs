@@ -23,17 +23,17 @@ pub(crate) enum Msg<V> {
     /// nothing for it (see `Engine::seed`). Boxed: it carries a value, which no other message
     /// does, and the mailbox's slots stay the size of the others.
     Seed(Box<Seed<V>>),
-    /// Operator look-up (E13).
+    /// Operator look-up.
     Lookup {
         id: ScopeId,
         reply: oneshot::Sender<Option<EntryInfo>>,
     },
-    /// Operator eviction (E3, E13).
+    /// Operator eviction.
     Forget {
         id: ScopeId,
         reply: oneshot::Sender<bool>,
     },
-    /// Shutdown: fail what is still in flight and stop (E10).
+    /// Shutdown: fail what is still in flight and stop.
     Stop,
 }
 
@@ -50,7 +50,7 @@ pub(crate) struct Seed<V> {
 /// A shard's answer to `Begin` (and to `Seed`).
 pub(crate) enum Reply<V> {
     /// This caller leads: run the action and report its end with this token. The shard sweeps
-    /// the run at `lease_deadline` (shard clock) if it has not ended by then (E6).
+    /// the run at `lease_deadline` (shard clock) if it has not ended by then.
     Lead { token: u64, lease_deadline: Nanos },
     /// The final answer for this caller (for a duplicate of a run in flight, sent when the run
     /// ends; see `join.rs`).
@@ -59,7 +59,7 @@ pub(crate) enum Reply<V> {
 
 /// How a run ended.
 pub(crate) enum RunEnd<V> {
-    /// The action returned, at `at` (tokio clock): the TTL counts from then (E2).
+    /// The action returned, at `at` (tokio clock): the TTL counts from then.
     Finished(Result<V, Status>, tokio::time::Instant),
     /// The action (or the closure that made it) panicked.
     Panicked(String),

@@ -1,4 +1,4 @@
-//! What a shard may still admit: the byte budget and each tenant's share (E16).
+//! What a shard may still admit: the byte budget and each tenant's share.
 //!
 //! # Why a share per tenant
 //!
@@ -10,7 +10,7 @@
 //!
 //! # Why per shard
 //!
-//! Only the shard decides what it admits (E8), so each shard keeps the counts of the
+//! Only the shard decides what it admits, so each shard keeps the counts of the
 //! tenants whose scopes hash to it, and limits each tenant to the share of *that shard's part*
 //! of the budget (`max_entries / shards`, `max_bytes / shards`). No map is shared and no lock is
 //! taken. The price is accuracy, in one direction only: a tenant never holds more than its share
@@ -35,9 +35,9 @@ use crate::config::Config;
 /// Why a shard refuses a new scope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refusal {
-    /// The engine holds `max_entries` entries, or `max_bytes` of stored values (E7, E16).
+    /// The engine holds `max_entries` entries, or `max_bytes` of stored values.
     Full,
-    /// The scope's tenant holds its whole share of this shard's part (E16).
+    /// The scope's tenant holds its whole share of this shard's part.
     Tenant,
 }
 
@@ -49,7 +49,7 @@ struct Use {
 }
 
 /// A tenant's number in its shard's [`Quota`]: what a completed entry keeps to be counted out
-/// of its tenant's use when it goes (4 bytes, in room the entry has anyway; issue 17). A run in
+/// of its tenant's use when it goes (4 bytes, in room the entry has anyway). A run in
 /// flight has its scope, and finds its tenant's number by the tenant's bytes. Without a share
 /// every entry has number 0 and nothing is counted.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -210,7 +210,7 @@ impl Quota {
     }
 }
 
-/// The tenant's bytes in a scope's encoding (length-prefixed, K3): read straight off the
+/// The tenant's bytes in a scope's encoding (length-prefixed): read straight off the
 /// encoding, without the UTF-8 checks of [`Scope::tenant`](idem_core::Scope::tenant).
 fn tenant(scope: &[u8]) -> &[u8] {
     match scope {
@@ -240,7 +240,7 @@ mod tests {
         Scope::parse(tenant, "/m", key).unwrap().as_bytes().to_vec()
     }
 
-    /// K3/E16: the tenant is read back out of the scope's encoding, whatever it holds.
+    /// The tenant is read back out of the scope's encoding, whatever it holds.
     #[test]
     fn e16_the_tenant_is_read_from_the_scope_encoding() {
         assert_eq!(tenant(&enc("tenant-0042", "key-0001")), b"tenant-0042");
@@ -251,7 +251,7 @@ mod tests {
         );
     }
 
-    /// E16 (issue 17): each tenant holding entries has its own number, whatever its bytes
+    /// Each tenant holding entries has its own number, whatever its bytes
     /// (tenants that are prefixes of each other too); a number is given back when its tenant
     /// holds nothing, and reused.
     #[test]
@@ -280,7 +280,7 @@ mod tests {
         assert!(q.tenants.iter().all(Option::is_none));
     }
 
-    /// E16: a tenant is limited to its share of this shard's part of the budget, in entries and
+    /// A tenant is limited to its share of this shard's part of the budget, in entries and
     /// in bytes; other tenants are not; removals give the room back and drop the tenant's count
     /// once it holds nothing.
     #[test]

@@ -1,4 +1,4 @@
-//! Driving an action: inline in the leader's call, handed to a task if that call is dropped (E5).
+//! Driving an action: inline in the leader's call, handed to a task if that call is dropped.
 
 use std::any::Any;
 use std::future::Future;
@@ -19,7 +19,7 @@ use std::sync::Arc;
 /// What a driven action yields: its result or a panic payload; `None` when its lease ran out.
 type DrivenOutput<V> = Option<Result<Result<V, Status>, Box<dyn Any + Send>>>;
 
-/// An action under its in-flight lease (E6), with panics caught (E4).
+/// An action under its in-flight lease, with panics caught.
 ///
 /// The lease timer is armed lazily, on the first poll that finds the action pending: an action that
 /// completes at once (a cache hit, an in-memory write) never touches tokio's timer, whose
@@ -54,7 +54,7 @@ impl<V, Fut: Future<Output = Result<V, Status>>> Future for Leased<Fut> {
 /// cost ~37% of new-key throughput in a prototype). If the call is dropped before the action ends
 /// (client gone, caller deadline), `Drop` hands the half-run future to a new task, which finishes it
 /// and reports to the shard. Either way the action runs to completion exactly once and its result
-/// is stored (E5), unless its lease runs out first (E6).
+/// is stored, unless its lease runs out first.
 ///
 /// It borrows the shard's inbox, sender and the runtime handle from the engine rather than cloning
 /// them: they are shared by every caller, and a clone and drop per call are atomic updates on
@@ -134,7 +134,7 @@ where
     }
 
     /// Reports an end that stores nothing (failure, panic, lease); the receiver resolves once the
-    /// shard has removed the entry and counted it out (E7).
+    /// shard has removed the entry and counted it out.
     pub(crate) fn report_acked(&self, end: RunEnd<V>) -> oneshot::Receiver<bool> {
         self.inbox
             .push_acked(Report::new(self.hash, self.token, end))

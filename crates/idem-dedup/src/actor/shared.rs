@@ -18,11 +18,11 @@ use crate::actor::wheel::Clock;
 /// State shared by handles and shard actors; none of it is the map.
 pub(crate) struct Shared {
     pub(crate) counters: Box<[ShardCounters]>,
-    /// In-flight + completed entries over all shards (E7). On a cache line of its own: the
+    /// In-flight + completed entries over all shards. On a cache line of its own: the
     /// actors write it for every new key and every expiry, and every call reads the fields
     /// beside it (`shutting_down`, the clock).
     pub(crate) entries: CachePadded<AtomicUsize>,
-    /// Weight of the stored values over all shards, with a weigher (E16). Written when a
+    /// Weight of the stored values over all shards, with a weigher. Written when a
     /// shard stores or removes values (once per turn), on a line of its own.
     pub(crate) bytes: CachePadded<AtomicUsize>,
     pub(crate) shutting_down: AtomicBool,

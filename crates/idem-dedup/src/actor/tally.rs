@@ -1,5 +1,5 @@
 //! A shard's counters: tallied locally by the actor, published once per drain to the atomics that
-//! `stats()` reads and to the metrics facade (E9).
+//! `stats()` reads and to the metrics facade.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -42,7 +42,7 @@ pub(crate) struct Publisher {
 }
 
 impl Publisher {
-    /// The handles of shard `index` of the engine named `engine` (E9, E15).
+    /// The handles of shard `index` of the engine named `engine`.
     pub(crate) fn new(index: usize, engine: &Arc<str>) -> Self {
         let engine = metrics::SharedString::from(engine.clone());
         let shard = index.to_string();

@@ -1,11 +1,11 @@
-//! A shard's timers: leases and expiries in three FIFO queues (E2, E6).
+//! A shard's timers: leases and expiries in three FIFO queues.
 //!
 //! Every deadline of one kind is "start + a fixed duration" — the lease for runs, the TTL for
 //! stored successes, the failure TTL for cached failures — and starts come in time order, so each
 //! kind's deadlines come in order too. A FIFO queue per kind is then a complete timer wheel: 16
 //! bytes per item, no per-item allocation, one tokio `Sleep` per shard armed for the earliest
 //! front. An item is the scope's hash and a tag: for a lease the run's token, for a stored
-//! result its exact expiry (a completed entry keeps no token; issue 17). Either names one entry:
+//! result its exact expiry (a completed entry keeps no token). Either names one entry:
 //! tokens are unique per shard, and two stored results with the same 64-bit keyed hash and the
 //! same expiry to the nanosecond, if there ever were two, are both due when the item is. `tokio_util::time::DelayQueue` spent ~60–90 bytes per entry on its slab
 //! and wheel links; a `BTreeMap` of deadlines ~36.
@@ -56,11 +56,11 @@ impl Clock {
 /// Which queue a deadline belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
-    /// A run's in-flight lease (E6).
+    /// A run's in-flight lease.
     Lease = 0,
-    /// A stored success's TTL (E2).
+    /// A stored success's TTL.
     Ttl = 1,
-    /// A cached failure's TTL (E3, E13).
+    /// A cached failure's TTL.
     FailureTtl = 2,
 }
 

@@ -15,21 +15,21 @@ use crate::Engine;
 ///
 /// # Default
 ///
-/// | setting | default | requirement |
-/// |---|---|---|
-/// | [`shards`](Self::shards) | available parallelism (1 if unknown) | E8 |
-/// | [`ttl`](Self::ttl) | 24 h | E2 |
-/// | [`in_flight_timeout`](Self::in_flight_timeout) | 30 s | E6 |
-/// | [`max_entries`](Self::max_entries) | 1,000,000 | E7 |
-/// | [`mailbox_capacity`](Self::mailbox_capacity) | 1,024 messages per shard | E8 |
-/// | [`batch_size`](Self::batch_size) | 128 messages per drain | E8 |
-/// | [`in_flight_policy`](Self::in_flight_policy) | [`InFlightPolicy::Wait`] | E14 |
-/// | [`cache_failures`](Self::cache_failures) | none cached | E3, E13 |
-/// | [`max_bytes`](Self::max_bytes) with a [`weigher`](Self::weigher) | no byte budget | E16 |
-/// | [`tenant_share`](Self::tenant_share) | none: one tenant may fill the engine | E16 |
-/// | [`retry_after`](Self::retry_after) | 1 s | E7, E14 |
-/// | [`name`](Self::name) | `"default"` | E9, E15 |
-/// | [`scope_logging`](Self::scope_logging) | [`ScopeLogging::Digest`]: never the raw tenant or key | E15 |
+/// | setting | default |
+/// |---|---|
+/// | [`shards`](Self::shards) | available parallelism (1 if unknown) |
+/// | [`ttl`](Self::ttl) | 24 h |
+/// | [`in_flight_timeout`](Self::in_flight_timeout) | 30 s |
+/// | [`max_entries`](Self::max_entries) | 1,000,000 |
+/// | [`mailbox_capacity`](Self::mailbox_capacity) | 1,024 messages per shard |
+/// | [`batch_size`](Self::batch_size) | 128 messages per drain |
+/// | [`in_flight_policy`](Self::in_flight_policy) | [`InFlightPolicy::Wait`] |
+/// | [`cache_failures`](Self::cache_failures) | none cached |
+/// | [`max_bytes`](Self::max_bytes) with a [`weigher`](Self::weigher) | no byte budget |
+/// | [`tenant_share`](Self::tenant_share) | none: one tenant may fill the engine |
+/// | [`retry_after`](Self::retry_after) | 1 s |
+/// | [`name`](Self::name) | `"default"` |
+/// | [`scope_logging`](Self::scope_logging) | [`ScopeLogging::Digest`]: never the raw tenant or key |
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -100,52 +100,52 @@ impl<V> EngineBuilder<V> {
         }
     }
 
-    /// Number of shards, each one actor task (E8). Default: available parallelism.
+    /// Number of shards, each one actor task. Default: available parallelism.
     pub const fn shards(mut self, n: usize) -> Self {
         self.cfg.shards = n;
         self
     }
 
-    /// How long a completed result is kept, counted from completion (E2). Default: 24 h.
+    /// How long a completed result is kept, counted from completion. Default: 24 h.
     /// Make it longer than the longest retry window of your clients.
     pub const fn ttl(mut self, ttl: Duration) -> Self {
         self.cfg.ttl = ttl;
         self
     }
 
-    /// The in-flight lease: a run longer than this is cancelled and its waiters get `UNAVAILABLE`
-    /// (E6). Default: 30 s.
+    /// The in-flight lease: a run longer than this is cancelled and its waiters get `UNAVAILABLE`.
+    /// Default: 30 s.
     pub const fn in_flight_timeout(mut self, t: Duration) -> Self {
         self.cfg.in_flight_timeout = t;
         self
     }
 
-    /// Cap on in-flight + completed entries over all shards (E7). Default: 1,000,000.
+    /// Cap on in-flight + completed entries over all shards. Default: 1,000,000.
     pub const fn max_entries(mut self, n: usize) -> Self {
         self.cfg.max_entries = n;
         self
     }
 
-    /// Messages a shard's mailbox holds before callers wait (asynchronously) for room (E8).
+    /// Messages a shard's mailbox holds before callers wait (asynchronously) for room.
     /// Default: 1,024.
     pub const fn mailbox_capacity(mut self, n: usize) -> Self {
         self.cfg.mailbox_capacity = n;
         self
     }
 
-    /// Most messages a shard takes from its mailbox per drain (E8). Default: 128.
+    /// Most messages a shard takes from its mailbox per drain. Default: 128.
     pub const fn batch_size(mut self, n: usize) -> Self {
         self.cfg.batch_size = n;
         self
     }
 
-    /// Wait for or reject duplicates of an in-flight scope (E14). Default: `Wait`.
+    /// Wait for or reject duplicates of an in-flight scope. Default: `Wait`.
     pub const fn in_flight_policy(mut self, p: InFlightPolicy) -> Self {
         self.cfg.in_flight_policy = p;
         self
     }
 
-    /// Cache action failures whose code is in `codes` for `ttl` (E3, E13): permanent,
+    /// Cache action failures whose code is in `codes` for `ttl`: permanent,
     /// deterministic failures such as `FAILED_PRECONDITION` or `INVALID_ARGUMENT`. Panics and
     /// lease expiries are never cached. Default: no failure is cached.
     ///
@@ -184,7 +184,7 @@ impl<V> EngineBuilder<V> {
         self
     }
 
-    /// A byte budget for the stored values, over all shards (E16), besides
+    /// A byte budget for the stored values, over all shards, besides
     /// [`max_entries`](Self::max_entries); the values are weighed by the
     /// [`weigher`](Self::weigher), which must be set with it. Default: no byte budget.
     ///
@@ -200,7 +200,7 @@ impl<V> EngineBuilder<V> {
     /// if it takes the total past `n`: refusing to store it would let the retry run the side
     /// effect again. So the total may pass `n` by the values of the runs in flight when it was
     /// reached; new scopes are refused until expiries or forgets bring it back under `n`.
-    /// Keep values small (an id and a status rather than a whole response, E11), or set a
+    /// Keep values small (an id and a status rather than a whole response), or set a
     /// cap in the server layer on what it stores.
     ///
     /// ```
@@ -222,7 +222,7 @@ impl<V> EngineBuilder<V> {
         self
     }
 
-    /// Weighs a stored value in bytes, for [`max_bytes`](Self::max_bytes) (E16), as
+    /// Weighs a stored value in bytes, for [`max_bytes`](Self::max_bytes), as
     /// moka's weigher does. It is called once when a value is stored and once when it is
     /// removed, so it must give the same weight for the same value; count what the value holds
     /// (a body's length, say), the engine's own ~108 bytes per entry are bounded by
@@ -233,7 +233,7 @@ impl<V> EngineBuilder<V> {
     }
 
     /// The most one tenant ([`Scope::tenant`](idem_core::Scope::tenant)) may hold, in percent of
-    /// `max_entries` and of `max_bytes` (E16). Default: none, one tenant may fill the
+    /// `max_entries` and of `max_bytes`. Default: none, one tenant may fill the
     /// engine.
     ///
     /// A tenant at its share gets [`DedupError::TenantQuotaExceeded`](crate::DedupError::TenantQuotaExceeded)
@@ -244,7 +244,7 @@ impl<V> EngineBuilder<V> {
     ///
     /// # Accuracy
     ///
-    /// Each shard decides alone (E8): it limits a tenant to `percent` of its own part of
+    /// Each shard decides alone: it limits a tenant to `percent` of its own part of
     /// the budget (`max_entries / shards` entries, `max_bytes / shards` bytes, at least one
     /// entry), with no shared map or lock. A tenant therefore never holds more than its share
     /// (rounded up to a whole entry per shard, plus the value that took a shard's part past its
@@ -278,8 +278,8 @@ impl<V> EngineBuilder<V> {
         self
     }
 
-    /// The engine's name: the `engine` label of every metric it reports (E9) and the
-    /// `engine` field of its spans and events (E15), so two engines in one process keep
+    /// The engine's name: the `engine` label of every metric it reports and the
+    /// `engine` field of its spans and events, so two engines in one process keep
     /// their figures apart. 1 to 64 characters of `A-Z a-z 0-9 _ - .`; [`build`](Self::build)
     /// refuses others with [`ConfigError::Invalid`]. Give each engine of a process its own
     /// name: engines with the same name report into the same series. Default: `"default"`.
@@ -300,13 +300,13 @@ impl<V> EngineBuilder<V> {
     }
 
     /// For an engine used as another engine's local cache, whose actions set the run
-    /// themselves (K7).
+    /// themselves.
     pub(crate) const fn without_run(mut self) -> Self {
         self.cfg.sets_run = false;
         self
     }
 
-    /// What this engine's spans and events show of a scope (E15). Default:
+    /// What this engine's spans and events show of a scope. Default:
     /// [`ScopeLogging::Digest`], the method and a [digest](crate::trace::ScopeDigest) of the
     /// scope, never the tenant or the key; [`ScopeLogging::Raw`] adds them as they are.
     pub const fn scope_logging(mut self, logging: ScopeLogging) -> Self {

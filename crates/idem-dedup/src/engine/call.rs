@@ -1,6 +1,6 @@
 //! One call's way to its answer: the read path (`read_path.rs`), else a `Begin` to the scope's
-//! shard, then leading the run (handed to a task if the caller goes, E5) or waiting for it, each
-//! answer timed and traced (`observe.rs`; E1, E5, E6, E15).
+//! shard, then leading the run (handed to a task if the caller goes) or waiting for it, each
+//! answer timed and traced (`observe.rs`).
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -65,8 +65,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
             None => None,
         };
         // Both waits are boxed: a replay, the commonest call, then carries only this function's
-        // arguments in its future (128 -> 72 bytes here; 552 before anything was boxed), and
-        // every spawned request allocates and moves its future. Both time themselves; with a
+        // arguments in its future, and every spawned request allocates and moves a small one. Both time themselves; with a
         // subscriber each runs in the call's span (the leader's action with it). They are made
         // out of line, so none of it is in the replay's code.
         match joined {
@@ -200,10 +199,10 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
     /// Reports how the leader's run ended and says how the leader answers (see `inbox.rs`).
     ///
     /// A result the shard stores is the answer at once, unless the shard may have swept the run
-    /// at its lease before the report came (E6): then it is the answer only if the shard
+    /// at its lease before the report came: then it is the answer only if the shard
     /// stored it, and the lease error otherwise. An end that stores nothing is answered once
     /// the shard has removed the entry and counted it out, so the room it held is there for the
-    /// caller's next call, on any shard (E7). Both waits are rare, and boxed.
+    /// caller's next call, on any shard. Both waits are rare, and boxed.
     fn settle<'a, Fut>(
         &'a self,
         run: &Run<'a, V, Fut>,
@@ -260,8 +259,8 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         }
     }
 
-    /// Waits for a run in flight through its join cell, or until this caller's deadline
-    /// (E1, E5): the run itself is not disturbed.
+    /// Waits for a run in flight through its join cell, or until this caller's deadline:
+    /// the run itself is not disturbed.
     async fn join(
         &self,
         index: usize,

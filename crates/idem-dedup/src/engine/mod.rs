@@ -47,15 +47,14 @@ struct Inner<V> {
     shared: Arc<Shared>,
     cfg: Arc<Config>,
     handle: tokio::runtime::Handle,
-    /// The latency histograms (E15), resolved at build.
+    /// The latency histograms, resolved at build.
     latency: CallLatency,
 }
 
-/// The deduplication engine: runs each scope's action once and gives its result to every duplicate
-/// (E1–E14).
+/// The deduplication engine: runs each scope's action once and gives its result to every duplicate.
 ///
 /// `Engine` is a cheap handle (`Clone` shares one engine). Dropping the last handle stops the shard
-/// actors once the runs still going have reported (E10).
+/// actors once the runs still going have reported.
 ///
 /// # Concurrent calls with the same scope
 ///
@@ -73,7 +72,7 @@ struct Inner<V> {
 ///
 /// Dropping an `execute` future never leaves half a side effect: if it was running the action, the
 /// action moves to a task of its own, runs to completion and its result is stored for the retry
-/// that follows (E5). Dropping a waiting call only stops that caller waiting.
+/// that follows. Dropping a waiting call only stops that caller waiting.
 ///
 /// # Examples
 ///
@@ -142,7 +141,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         EngineBuilder::new()
     }
 
-    /// Starts the shard actors on `handle`, with `weigher` for a byte budget (E16).
+    /// Starts the shard actors on `handle`, with `weigher` for a byte budget.
     pub(crate) fn launch(
         cfg: Config,
         weigher: Option<Weigher<V>>,
@@ -197,10 +196,9 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         }
     }
 
-    /// Runs `action` once for `scope`, or shares the run or stored result of an earlier call
-    /// (E1).
+    /// Runs `action` once for `scope`, or shares the run or stored result of an earlier call.
     ///
-    /// `fingerprint` identifies the request's content (K4, K5); the same scope with another
+    /// `fingerprint` identifies the request's content; the same scope with another
     /// fingerprint is a conflict. `action` is called only if this call leads; it returns the value
     /// to store, or a [`Status`] error (not stored unless its code is declared cacheable).
     ///
@@ -216,7 +214,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
     ///
     /// # Cancellation safety
     ///
-    /// See the type docs: a dropped leader hands its action to a task (E5).
+    /// See the type docs: a dropped leader hands its action to a task.
     pub fn execute<'s, 'k, F, Fut>(
         &'s self,
         scope: &'k Scope,
@@ -233,7 +231,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
     }
 
     /// As [`execute`](Self::execute), but this caller stops waiting at `deadline` with
-    /// [`DedupError::DeadlineExceeded`] (E5). The run itself is not disturbed: if this call
+    /// [`DedupError::DeadlineExceeded`]. The run itself is not disturbed: if this call
     /// was running the action, the action continues in a task and its result is stored.
     ///
     /// # Errors
@@ -253,7 +251,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         self.call(scope, fingerprint, Some(deadline), action)
     }
 
-    /// Looks a scope up (E13): in flight or completed, its age and time to expiry. `None` if
+    /// Looks a scope up: in flight or completed, its age and time to expiry. `None` if
     /// the engine holds nothing for it (or it just expired).
     ///
     /// # Errors
@@ -267,7 +265,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         rx.await.map_err(|_| DedupError::ShuttingDown)
     }
 
-    /// Removes whatever the engine holds for `scope` (E3, E13); returns whether there was
+    /// Removes whatever the engine holds for `scope`; returns whether there was
     /// anything. The next call for the scope runs the action again. Forgetting an in-flight scope
     /// does not stop its run, but its result is not stored and its waiters get
     /// [`DedupError::Abandoned`].
@@ -283,7 +281,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         rx.await.map_err(|_| DedupError::ShuttingDown)
     }
 
-    /// Counts per shard and in total, read from atomics without a message (E9).
+    /// Counts per shard and in total, read from atomics without a message.
     pub fn stats(&self) -> Stats {
         let shared = &self.inner.shared;
         Stats::collect(
@@ -299,7 +297,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
     }
 
     /// Stops accepting calls (they get `UNAVAILABLE`), waits up to `grace` for runs in flight to
-    /// finish, then stops the shard actors (E10). Waiters of runs still going after the grace
+    /// finish, then stops the shard actors. Waiters of runs still going after the grace
     /// period get [`DedupError::ShuttingDown`]; those actions are not aborted (half a side effect is
     /// worse than a late one), but their results are not stored.
     pub async fn shutdown(&self, grace: Duration) -> ShutdownReport {

@@ -1,4 +1,4 @@
-//! How a call is seen: its span (E15) and its latency, timed from the shard's answer.
+//! How a call is seen: its span and its latency, timed from the shard's answer.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,7 +13,7 @@ use crate::{DedupError, Outcome, OutcomeKind};
 use super::Engine;
 
 impl<V: Clone + Send + Sync + 'static> Engine<V> {
-    /// `wait` boxed, in the call's span, which records how it ended (E15).
+    /// `wait` boxed, in the call's span, which records how it ended.
     pub(super) fn traced<'a, W>(
         &self,
         scope: &Scope,
@@ -32,7 +32,7 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         Box::pin(recorded.instrument(span))
     }
 
-    /// The span of a call answered at once, without a wait (E15): a replay served by the
+    /// The span of a call answered at once, without a wait: a replay served by the
     /// read path (`Ok`), or a refusal. Out of line, out of the replay's way.
     #[cold]
     #[inline(never)]
@@ -49,13 +49,13 @@ impl<V: Clone + Send + Sync + 'static> Engine<V> {
         }
     }
 
-    /// The span of a call for `scope` (E15).
+    /// The span of a call for `scope`.
     pub(super) fn span(&self, scope: &Scope) -> tracing::Span {
         let cfg = &self.inner.cfg;
         trace::call_span(&cfg.name, cfg.scope_logging, scope)
     }
 
-    /// Times a call that reached the shard (E15): from `start` until `end` (a clock read
+    /// Times a call that reached the shard: from `start` until `end` (a clock read
     /// the call already made) or now.
     pub(super) fn finish(
         &self,

@@ -1,5 +1,4 @@
-//! The read path: a replay or a join found in the shard's published table, without a message
-//! (E1, E8).
+//! The read path: a replay or a join found in the shard's published table, without a message.
 
 use std::sync::Arc;
 

@@ -1,5 +1,5 @@
 //! What a call waits for besides its run: room in a shard's mailbox, the shard's answer (which
-//! a dropped caller gives back), a report applied, and its own deadline (E5, E6, E7, E8).
+//! a dropped caller gives back), a report applied, and its own deadline.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -20,7 +20,7 @@ use super::Engine;
 
 impl<V: Clone + Send + Sync + 'static> Engine<V> {
     /// Sends to a shard; when its mailbox is full, the returned [`Sending`] waits asynchronously
-    /// for room (E8).
+    /// for room.
     ///
     /// The waiting send is boxed: it is the rare path, and inline it would carry the message and
     /// the channel's permit future in every call's future (spawned requests pay for each byte).
@@ -77,7 +77,7 @@ pub(super) async fn until<F: Future>(
 }
 
 /// Waits until the shard has applied an acknowledged report (or has stopped), then gives
-/// `answer`: the end of a run that stores nothing is answered once its room is free (E7).
+/// `answer`: the end of a run that stores nothing is answered once its room is free.
 pub(super) async fn once_applied<V, T>(
     tx: &mpsc::Sender<Msg<V>>,
     acked: oneshot::Receiver<bool>,
@@ -89,7 +89,7 @@ pub(super) async fn once_applied<V, T>(
 
 /// Waits until the shard has applied the report of a run to be stored, then gives `answer` if
 /// it stored it, and otherwise the lease error: the shard had swept the run at its lease
-/// before the report came, so nothing is stored and the retry will run again (E6).
+/// before the report came, so nothing is stored and the retry will run again.
 pub(super) async fn unless_swept<V, T>(
     tx: &mpsc::Sender<Msg<V>>,
     acked: oneshot::Receiver<bool>,
@@ -109,8 +109,8 @@ pub(super) async fn unless_swept<V, T>(
     }
 }
 
-/// The warn event of a leader whose action finished after its run was ended at the lease
-/// (E6, E15). Out of line: the event's code stays out of the call's future.
+/// The warn event of a leader whose action finished after its run was ended at the lease.
+/// Out of line: the event's code stays out of the call's future.
 #[cold]
 #[inline(never)]
 fn warn_completed_after_lease(cfg: &Config, scope: &Scope) {

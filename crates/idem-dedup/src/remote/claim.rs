@@ -24,7 +24,7 @@ pub struct Claim<'a> {
     pub owner: OwnerId,
 }
 
-/// What [`RemoteTier::claim`](crate::remote::RemoteTier::claim) found (D1, K4).
+/// What [`RemoteTier::claim`](crate::remote::RemoteTier::claim) found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimOutcome {
     /// Nobody held the scope, or only an orphan of this owner did: this caller holds it now, with
@@ -60,7 +60,7 @@ pub enum Commit {
     FencedOut,
 }
 
-/// What a tier holds for a scope, for operators (E13).
+/// What a tier holds for a scope, for operators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RemoteRecord {
     /// In flight or completed.

@@ -13,7 +13,7 @@ use crate::tiered::{Inner, TieredEngine};
 use crate::trace::ScopeLogging;
 use crate::ConfigError;
 
-/// What a call does when the shared tier fails or does not answer in time (D3).
+/// What a call does when the shared tier fails or does not answer in time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum OnUnavailable {
@@ -39,9 +39,9 @@ pub(crate) struct TierConfig {
     pub(crate) on_unavailable: OnUnavailable,
     /// Names this engine's claims (see the `remote` module's docs on owners and orphans).
     pub(crate) owner: OwnerId,
-    /// The `engine` label and field, of this engine and its local engine (E15).
+    /// The `engine` label and field, of this engine and its local engine.
     pub(crate) name: Arc<str>,
-    /// What spans and events show of a scope (E15).
+    /// What spans and events show of a scope.
     pub(crate) scope_logging: ScopeLogging,
     /// The local engine's TTL (set by `build`), to tell the shared record's expiry from the
     /// local copy's.
@@ -54,7 +54,7 @@ pub(crate) struct TierConfig {
     pub(crate) run_limit: Duration,
 }
 
-/// How a holder renews its lease (D8).
+/// How a holder renews its lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Renewal {
     /// Every third of the lease.
@@ -73,20 +73,20 @@ const RENEWED_RUN: Duration = Duration::from_secs(300);
 ///
 /// # Default
 ///
-/// | setting | default | |
-/// |---|---|---|
-/// | [`lease`](Self::lease) | 30 s: a claim lapses this long after it was taken or last renewed, unless completed | D1, D2, D8 |
-/// | [`renew_every`](Self::renew_every) | a third of the `lease`: the holder's keep-alive while its action runs ([`without_renewal`](Self::without_renewal) turns it off) | D8 |
-/// | [`ttl`](Self::ttl) | 24 h: results live this long in the tier, counted from completion | D1, E2 |
-/// | [`max_wait`](Self::max_wait) | 30 s: longest wait for another instance's run | D2 |
-/// | [`poll_interval`](Self::poll_interval) | 10 ms doubling to 250 ms: the polling fallback of waits | D2 |
-/// | [`on_unavailable`](Self::on_unavailable) | [`OnUnavailable::FailClosed`] | D3 |
-/// | [`local`](Self::local) | [`LocalCache`]'s defaults: copies kept 5 min (at most the `ttl`), 1,000,000 entries, available parallelism; a local run's lease (which bounds a renewed run) `max_wait` + 5 min, or `max_wait` + `lease` + 5 s where that is longer; without renewal always `max_wait` + `lease` + 5 s | D6, E6, D8 |
-/// | [`codec`](Self::codec) | [`BytesCodec`] (`Vec<u8>`, `String`; `idem-tower` adds its stored responses) | D1 |
-/// | [`name`](Self::name) | `"default"`, for this engine's metrics and its local engine's | E9, E15 |
-/// | [`scope_logging`](Self::scope_logging) | [`ScopeLogging::Digest`] | E15 |
+/// | setting | default |
+/// |---|---|
+/// | [`lease`](Self::lease) | 30 s: a claim lapses this long after it was taken or last renewed, unless completed |
+/// | [`renew_every`](Self::renew_every) | a third of the `lease`: the holder's keep-alive while its action runs ([`without_renewal`](Self::without_renewal) turns it off) |
+/// | [`ttl`](Self::ttl) | 24 h: results live this long in the tier, counted from completion |
+/// | [`max_wait`](Self::max_wait) | 30 s: longest wait for another instance's run |
+/// | [`poll_interval`](Self::poll_interval) | 10 ms doubling to 250 ms: the polling fallback of waits |
+/// | [`on_unavailable`](Self::on_unavailable) | [`OnUnavailable::FailClosed`] |
+/// | [`local`](Self::local) | [`LocalCache`]'s defaults: copies kept 5 min (at most the `ttl`), 1,000,000 entries, available parallelism; a local run's lease (which bounds a renewed run) `max_wait` + 5 min, or `max_wait` + `lease` + 5 s where that is longer; without renewal always `max_wait` + `lease` + 5 s |
+/// | [`codec`](Self::codec) | [`BytesCodec`] (`Vec<u8>`, `String`; `idem-tower` adds its stored responses) |
+/// | [`name`](Self::name) | `"default"`, for this engine's metrics and its local engine's |
+/// | [`scope_logging`](Self::scope_logging) | [`ScopeLogging::Digest`] |
 ///
-/// When the local engine is full, calls go to the tier directly rather than being refused (D6):
+/// When the local engine is full, calls go to the tier directly rather than being refused:
 /// the tier arbitrates them, without local coalescing or a local copy.
 ///
 /// ```no_run
@@ -155,7 +155,7 @@ impl<V, R, C> TieredBuilder<V, R, C> {
     }
 
     /// How long a claim holds, from its claim or its last renewal, before another instance may
-    /// take over (D1, D8). While the action runs, the holder renews it (see
+    /// take over. While the action runs, the holder renews it (see
     /// [`renew_every`](Self::renew_every)), so the lease need not outlast the action: it is how
     /// long a crashed or stalled holder blocks its intent, and the longest stall (a GC pause, a
     /// stopped process, a tier out of reach) a holder survives without being taken over. Once it
@@ -168,7 +168,7 @@ impl<V, R, C> TieredBuilder<V, R, C> {
         self
     }
 
-    /// How long results live in the tier, counted from completion (D1, E2). Default: 24 h.
+    /// How long results live in the tier, counted from completion. Default: 24 h.
     pub const fn ttl(mut self, d: Duration) -> Self {
         self.cfg.ttl = d;
         self
@@ -176,7 +176,7 @@ impl<V, R, C> TieredBuilder<V, R, C> {
 
     /// The longest this instance waits for another instance's run before answering
     /// `UNAVAILABLE` / `REQUEST_IN_FLIGHT` with a retry-after hint; a caller's own deadline cuts
-    /// its wait shorter (D2). Default: 30 s.
+    /// its wait shorter. Default: 30 s.
     pub const fn max_wait(mut self, d: Duration) -> Self {
         self.cfg.max_wait = d;
         self
@@ -191,7 +191,7 @@ impl<V, R, C> TieredBuilder<V, R, C> {
         self
     }
 
-    /// Fail closed (default) or open when the tier is unreachable or slow (D3).
+    /// Fail closed (default) or open when the tier is unreachable or slow.
     pub const fn on_unavailable(mut self, p: OnUnavailable) -> Self {
         self.cfg.on_unavailable = p;
         self
@@ -207,7 +207,7 @@ impl<V, R, C> TieredBuilder<V, R, C> {
         self
     }
 
-    /// The engine's name (E9, E15): the `engine` label of the tier metrics
+    /// The engine's name: the `engine` label of the tier metrics
     /// (`idem_tier_*`) and of its local engine's (`idem_dedup_*`), and the `engine` field of
     /// their spans and events. The rule and the default are
     /// [`EngineBuilder::name`](crate::EngineBuilder::name)'s: 1 to 64 characters of
@@ -217,14 +217,14 @@ impl<V, R, C> TieredBuilder<V, R, C> {
         self
     }
 
-    /// What this engine's spans and events show of a scope, its local engine's too (E15).
+    /// What this engine's spans and events show of a scope, its local engine's too.
     /// Default: [`ScopeLogging::Digest`], never the tenant or the key.
     pub const fn scope_logging(mut self, logging: ScopeLogging) -> Self {
         self.cfg.scope_logging = logging;
         self
     }
 
-    /// How often a holder renews its claim's lease while the action runs (D8): a keep-alive on
+    /// How often a holder renews its claim's lease while the action runs: a keep-alive on
     /// the tier's clock, one round trip each, so the claim lasts as long as a live action (up to
     /// the local run's lease ([`LocalCache::in_flight_timeout`])) and lapses about one lease
     /// after its holder died. A renewal is fenced like a completion: one that finds another run

@@ -1,5 +1,5 @@
 //! One tiered call: the local engine first, whose leader goes to the tier (`run.rs`); the tier
-//! directly when the local engine is full (D6); and what the caller is told of the value.
+//! directly when the local engine is full; and what the caller is told of the value.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -92,7 +92,7 @@ where
 
     /// A call the full local engine could not take: straight to the tier, under an owner of its
     /// own (so it is never mistaken for an orphan of the local leaders), in a task of its own (so
-    /// it runs to completion if this caller goes, E5).
+    /// it runs to completion if this caller goes).
     async fn bypass<F, Fut>(
         &self,
         scope: &Scope,

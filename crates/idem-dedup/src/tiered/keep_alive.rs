@@ -1,4 +1,4 @@
-//! The holder's keep-alive: its claim's lease renewed while the action runs (D8).
+//! The holder's keep-alive: its claim's lease renewed while the action runs.
 //!
 //! Why renew at all: without it a lease has to be longer than the slowest action, so a crashed
 //! holder blocks its intent for that long, and a slow but live action is run a second time when

@@ -1,4 +1,4 @@
-//! [`TieredEngine`]: the local engine in front, a [`RemoteTier`] behind it (D1–D6, D8).
+//! [`TieredEngine`]: the local engine in front, a [`RemoteTier`] behind it.
 //!
 //! One engine deduplicates the callers of one process. Behind a load balancer a client's retry
 //! can land on another instance; a tiered engine puts a shared record (Redis in `idem-redis`,
@@ -32,7 +32,7 @@
 //!   background while the claim is still this run's, and the caller's [`Outcome::is_recorded`]
 //!   says whether it was written; failed releases are retried; a claim whose reply was lost is
 //!   taken back by its owner at once (see the [`remote`](crate::remote) docs on owners).
-//! - **The local engine is a cache (D6).** It may drop results before the tier does (its own TTL
+//! - **The local engine is a cache.** It may drop results before the tier does (its own TTL
 //!   and capacity); when it is full, calls go to the tier directly instead of being refused.
 //!
 //! # Examples
@@ -130,7 +130,7 @@ pub(crate) struct Inner<V, R, C> {
 }
 
 /// Deduplication across instances: each instance's [`Engine`] coalesces its own callers, and a
-/// [`RemoteTier`] arbitrates between instances (D1–D6); see the [module docs](self).
+/// [`RemoteTier`] arbitrates between instances; see the [module docs](self).
 ///
 /// A call goes to the local engine first. A local duplicate joins or replays there without any
 /// tier call; the local leader goes to the tier: it claims the scope (and runs the action with
@@ -213,7 +213,7 @@ where
     }
 
     /// Runs `action` once for `scope` across every instance that shares the tier, or shares the
-    /// run or stored result of an earlier call (D1, E1). The action gets the claim's
+    /// run or stored result of an earlier call. The action gets the claim's
     /// [`FencingToken`]; pass it to the store that takes the side effect.
     ///
     /// # Errors
@@ -233,7 +233,7 @@ where
     }
 
     /// As [`execute`](Self::execute), but this caller stops waiting at `deadline` with
-    /// [`DedupError::DeadlineExceeded`] (D2, E5); the run or the wait for another instance
+    /// [`DedupError::DeadlineExceeded`]; the run or the wait for another instance
     /// goes on, and its result is kept here for the retry.
     ///
     /// # Errors
@@ -253,7 +253,7 @@ where
         self.call(scope, fingerprint, Some(deadline), action).await
     }
 
-    /// Looks a scope up (E13): the local engine's entry if it holds one, else the tier's record.
+    /// Looks a scope up: the local engine's entry if it holds one, else the tier's record.
     ///
     /// # Errors
     ///
@@ -289,7 +289,7 @@ where
     }
 
     /// Removes whatever this instance and the tier hold for `scope`; returns whether there was
-    /// anything (E3, E13). The next call, on any instance, runs the action again (other
+    /// anything. The next call, on any instance, runs the action again (other
     /// instances' local copies live on until their local TTL).
     ///
     /// # Errors
@@ -314,7 +314,7 @@ where
         self.inner.counters.snapshot()
     }
 
-    /// The local engine's counts (E9).
+    /// The local engine's counts.
     pub fn local_stats(&self) -> Stats {
         self.inner.local.stats()
     }
@@ -329,7 +329,7 @@ where
         self.inner.cfg.owner
     }
 
-    /// Shuts the local engine down (E10); records already in the tier are untouched, and
+    /// Shuts the local engine down; records already in the tier are untouched, and
     /// claims of runs that do not finish lapse with their leases.
     pub async fn shutdown(&self, grace: Duration) -> ShutdownReport {
         self.inner.local.shutdown(grace).await

@@ -1,6 +1,6 @@
 //! What a run does about the tier's faults after its action ended: a release that failed is
 //! retried until the claim's lease ends, a completion that failed is retried while the claim is
-//! still this run's (D5).
+//! still this run's.
 
 use std::sync::Arc;
 

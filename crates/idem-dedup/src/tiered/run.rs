@@ -1,5 +1,5 @@
 //! The local leader's run against the tier: claim, then run / replay / wait / refuse; complete or
-//! release, and repair what failed (D1–D5).
+//! release, and repair what failed.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;

@@ -1,4 +1,4 @@
-//! Counters of the tiered engine's claim loop, read without locks (E9, D5).
+//! Counters of the tiered engine's claim loop, read without locks.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -46,12 +46,12 @@ pub struct TierStats {
     pub release_failed: u64,
     /// Orphaned claims of this engine (a claim whose reply was lost) taken back at once.
     pub reclaimed: u64,
-    /// Calls that went to the shared tier directly because the local engine was full (D6).
+    /// Calls that went to the shared tier directly because the local engine was full.
     pub local_full: u64,
-    /// Renewals of a running action's lease that held (D8).
+    /// Renewals of a running action's lease that held.
     pub renewed: u64,
     /// Renewals that found another run holding the scope: the run's lease was lost, its `Run`
-    /// says so, and its result will not be stored (D8).
+    /// says so, and its result will not be stored.
     pub lease_lost: u64,
     /// Renewals the tier failed or did not answer in time (tried again at the next tick; the
     /// lease runs from the last renewal that held).
@@ -174,7 +174,7 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
-    /// The counters of the tiered engine named `engine` (E9, E15).
+    /// The counters of the tiered engine named `engine`.
     pub(crate) fn new(engine: &Arc<str>) -> Self {
         let engine = metrics::SharedString::from(engine.clone());
         Counters {
@@ -193,7 +193,7 @@ impl Counters {
         self.calls[e as usize].increment(1);
     }
 
-    /// Awaits one call to the tier, timing it as `op` (E15).
+    /// Awaits one call to the tier, timing it as `op`.
     pub(crate) async fn timed<T>(&self, op: Op, call: impl Future<Output = T>) -> T {
         let start = Instant::now();
         let out = call.await;

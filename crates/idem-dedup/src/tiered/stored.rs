@@ -1,5 +1,5 @@
 //! What the local engine stores for a scope ([`Stored`]: the value and how it came to be), and
-//! the results of this engine whose completion is still being written ([`Unrecorded`], D5).
+//! the results of this engine whose completion is still being written ([`Unrecorded`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 

@@ -205,9 +205,7 @@ where
             .build()
             .map_err(|e| match e {
                 ConfigError::Invalid(rule) => SetupError::Invalid(rule),
-                ConfigError::NoRuntime => {
-                    SetupError::Invalid("PgEngine must be built inside a tokio runtime")
-                }
+                ConfigError::NoRuntime => SetupError::NoRuntime,
                 _ => SetupError::Invalid("the local engine's settings were refused"),
             })?;
         let local_ttl = self.local.ttl_for(c.ttl);

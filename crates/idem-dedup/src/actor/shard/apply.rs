@@ -1,6 +1,6 @@
 //! How the shard applies what reaches it: a `Begin` (a new scope starts a run, a duplicate joins
 //! or replays), and a run's end (stored, failed, panicked or abandoned), with the room and the
-//! tenant's share each takes and gives back (E1, E3–E7, E16).
+//! tenant's share each takes and gives back.
 
 use std::sync::atomic::Ordering::{AcqRel, Relaxed};
 use std::sync::Arc;
@@ -309,7 +309,7 @@ impl Core {
 
     /// Takes room for a new entry of the scope encoded as `scope`, or says why there is none.
     ///
-    /// Bounded memory (E7, E16): the tenant's share, the byte budget, then a slot in the
+    /// Bounded memory: the tenant's share, the byte budget, then a slot in the
     /// engine-wide count, or refuse. Nothing is evicted to make room: evicting an unexpired
     /// result would let a duplicate run. This shard's own removals are counted out first, so
     /// it never refuses for want of room it has just freed.
@@ -330,7 +330,7 @@ impl Core {
         Ok(())
     }
 
-    /// Refuses a new scope: the engine is full (E7, E16) or its tenant at its share (E16).
+    /// Refuses a new scope: the engine is full or its tenant at its share.
     pub(super) fn refuse<V>(&mut self, reply: oneshot::Sender<Reply<V>>, why: Refusal) {
         let retry_after = self.cfg.retry_after;
         self.tally.overloaded += 1;
@@ -347,7 +347,7 @@ impl Core {
     /// Accounts for a removed entry (its state); an in-flight one's waiters get `err()`. The
     /// engine-wide count is updated by [`flush_released`](Self::flush_released): at once when
     /// waiters are answered, so that each of them finds the room free for its next call, on any
-    /// shard (E7); otherwise at the end of the turn.
+    /// shard; otherwise at the end of the turn.
     pub(super) fn release<V: Clone>(&mut self, state: State<V>, err: impl Fn() -> DedupError) {
         self.released += 1;
         match state {

@@ -1,5 +1,5 @@
 //! The shard's timers: runs past their in-flight lease and stored results past their TTL leave
-//! the table in bounded sweeps, reading ahead the entries they are about to remove (E2, E6).
+//! the table in bounded sweeps, reading ahead the entries they are about to remove.
 
 use crate::actor::entry::{Entry, State};
 use crate::actor::wheel::{Kind, Nanos};
@@ -41,7 +41,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
     }
 
     /// Removes the stored results (successes and cached failures) past their expiry at `now`,
-    /// within a turn (a full engine asks for room; E7). Leaves leases to [`sweep`](Self::sweep),
+    /// within a turn (a full engine asks for room). Leaves leases to [`sweep`](Self::sweep),
     /// and the wheel armed as it was (at worst early: the timer's sweep then finds less to do).
     /// Returns how many it removed.
     pub(super) fn expire_due(&mut self, now: Nanos) -> usize {

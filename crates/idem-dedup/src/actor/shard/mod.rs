@@ -1,4 +1,4 @@
-//! The shard actor: the only code that writes a shard's map and timer wheel (E8). This file
+//! The shard actor: the only code that writes a shard's map and timer wheel. This file
 //! holds the actor and its loop; `apply` how messages and run ends change the table, `expiry`
 //! its timers, `seed` how a result obtained elsewhere is stored, `room` how removed entries give
 //! back the room they held, and `warn` the events of runs that ended badly.
@@ -43,7 +43,7 @@ pub(crate) struct Shard<V> {
     published: SharedTable<V>,
     /// Removed entries' boxes, reused for new keys.
     spares: Spares<V>,
-    /// Weighs stored values for the byte budget (E16).
+    /// Weighs stored values for the byte budget.
     weigher: Option<Weigher<V>>,
     core: Core,
     publisher: Publisher,
@@ -63,7 +63,7 @@ struct Core {
     /// Bytes stored and removed since the engine-wide byte count was last updated.
     added_bytes: usize,
     released_bytes: usize,
-    /// The byte budget's and the tenants' shares of this shard (E16).
+    /// The byte budget's and the tenants' shares of this shard.
     quota: Quota,
     /// The clock when the current turn began.
     turn_now: Nanos,

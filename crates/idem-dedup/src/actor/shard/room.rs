@@ -1,5 +1,5 @@
 //! The room a shard's entries hold: removed entries counted out of the engine-wide entry and
-//! byte counts and their tenant's share, once per turn rather than once per entry (E7, E16).
+//! byte counts and their tenant's share, once per turn rather than once per entry.
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -15,7 +15,7 @@ impl Core {
     /// once, not once per entry. Called before every reservation, before anyone is told that
     /// an entry is gone (a leader's or waiter's answer for a run that stored nothing, a
     /// forget's, a look-up's), and at the end of every turn. So the count is never too low, and
-    /// whoever hears that an entry is gone finds its room free on every shard (E7); only an
+    /// whoever hears that an entry is gone finds its room free on every shard; only an
     /// expiry nobody has asked about reaches other shards at the end of the sweeping turn.
     pub(super) fn flush_released(&mut self) {
         if self.released > 0 {
@@ -37,7 +37,7 @@ impl Core {
 }
 
 /// Takes a removed entry: counts it out of its tenant's use and its value's weight out of the
-/// byte budget (E16), and returns its state, keeping the box for reuse (see [`Spares`]).
+/// byte budget, and returns its state, keeping the box for reuse (see [`Spares`]).
 pub(super) fn take<V>(
     spares: &mut Spares<V>,
     core: &mut Core,

@@ -14,7 +14,7 @@ impl<V: Clone + Send + Sync + 'static> Shard<V> {
     /// and answers it as a replay: the seeding call ran nothing. A scope the shard holds is
     /// answered as a `Begin` is (a replay of what it stores, a join of the run in flight, a
     /// conflict, a refusal under `Reject`), and nothing held is replaced; a new scope takes room
-    /// as a new run does, and is refused the same way when there is none (E7, E16).
+    /// as a new run does, and is refused the same way when there is none.
     pub(super) fn on_seed(&mut self, seed: Seed<V>) {
         let Seed {
             id,

@@ -1,15 +1,15 @@
-//! The warn events of runs that ended badly, which an operator must hear of (E4, E6, E15).
+//! The warn events of runs that ended badly, which an operator must hear of.
 
 use idem_core::{whole_millis, Scope};
 
 use crate::config::Config;
 use crate::trace::{self, warn_scope, ScopeFields};
 
-/// How a run ended that an operator must hear of (E15).
+/// How a run ended that an operator must hear of.
 pub(super) enum BadEnd<'a> {
-    /// It passed its in-flight lease (E6).
+    /// It passed its in-flight lease.
     Lease,
-    /// Its action panicked, with this message (E4).
+    /// Its action panicked, with this message.
     Panic(&'a str),
 }
 

@@ -1,5 +1,5 @@
 //! The run in progress: which intent the code is running for, so that every write it sends
-//! downstream carries a key derived from that intent (K7).
+//! downstream carries a key derived from that intent.
 //!
 //! # Why
 //!
@@ -69,19 +69,18 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
 use crate::{IdempotencyKey, Scope};
+
+mod derive;
+
+pub use derive::{downstream_key, Step};
 
 tokio::task_local! {
     static CURRENT: Run;
     static STEP: StepName;
 }
-
-/// The version tag that starts every name [`downstream_key`] hashes. A new derivation gets a new
-/// tag; this one is fixed forever.
-const DOWNSTREAM_V1: &[u8] = b"idem.downstream.v1\0";
 
 /// How a [`Run`] started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -270,75 +269,6 @@ impl fmt::Debug for Run {
             .field("lease_lost", &self.is_lease_lost())
             .finish()
     }
-}
-
-/// Where a downstream call stands in its run: its count among the run's calls to the same
-/// target, or a name the caller gave it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Step<'a> {
-    /// The *n*-th call to the target in the run, counted from 0.
-    Ordinal(u32),
-    /// A step named by the caller.
-    Named(&'a str),
-}
-
-/// The idempotency key a run of the intent whose scope digest is `origin` sends to `target` for
-/// `step` (K7).
-///
-/// # Algorithm (version 1, fixed forever)
-///
-/// The key is the lower-case hyphenated RFC 9562 **UUIDv8** whose 122 free bits are the first bits
-/// of SHA-256 over
-///
-/// ```text
-/// "idem.downstream.v1" 0x00 ‖ origin (32 bytes) ‖ u32 big-endian len(target) ‖ target
-///   ‖ 0x00 ‖ u32 big-endian n            for Step::Ordinal(n)
-///   ‖ 0x01 ‖ u32 big-endian len(name) ‖ name   for Step::Named(name)
-/// ```
-///
-/// (the first 16 bytes of the hash, with the version nibble set to 8 and the variant bits to
-/// `10`). `origin` is SHA-256 of the inbound scope's injective encoding, so two tenants, two
-/// methods or two keys never share an origin, and the length prefixes keep every field apart:
-/// distinct inputs give distinct keys, short of a SHA-256 collision. A derived key passes the key
-/// rules (36 characters of hex digits and `-`).
-///
-/// ```
-/// use idem_core::run::{downstream_key, Step};
-/// let origin = [0u8; 32];
-/// let key = downstream_key(&origin, "/stock.v1.Stock/Deduct", Step::Ordinal(0));
-/// assert_eq!(key.as_str(), "f0f461cb-29c5-8531-8097-26c6cb35c4e9");
-/// ```
-pub fn downstream_key(origin: &[u8; 32], target: &str, step: Step<'_>) -> IdempotencyKey {
-    let mut h = Sha256::new();
-    h.update(DOWNSTREAM_V1);
-    h.update(origin);
-    h.update(len_prefix(target.len()));
-    h.update(target.as_bytes());
-    match step {
-        Step::Ordinal(n) => {
-            h.update([0u8]);
-            h.update(n.to_be_bytes());
-        }
-        Step::Named(name) => {
-            h.update([1u8]);
-            h.update(len_prefix(name.len()));
-            h.update(name.as_bytes());
-        }
-    }
-    let hash = h.finalize();
-    let mut bytes = [0u8; 16];
-    bytes.copy_from_slice(&hash[..16]);
-    let mut buf = uuid::Uuid::encode_buffer();
-    let text = uuid::Uuid::new_v8(bytes)
-        .hyphenated()
-        .encode_lower(&mut buf);
-    IdempotencyKey::from_valid(text)
-}
-
-/// A length as the derivation writes it. Targets and names longer than 4 GiB cannot be sent in
-/// any request, so saturating never merges two real inputs.
-fn len_prefix(len: usize) -> [u8; 4] {
-    u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes()
 }
 
 /// The key for the next keyed call to `target`: inside a run, derived from it

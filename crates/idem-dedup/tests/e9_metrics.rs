@@ -17,6 +17,7 @@ use std::time::Duration;
 use common::{fp, scope, Runs};
 use idem_core::{Code, CodeSet, Scope, Status};
 use idem_dedup::{metrics as names, DedupError, Engine, InFlightPolicy, OutcomeKind, Stats};
+use idem_test_support::help::{requirement_ids, Descriptions};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::MetricKind;
 use tokio::sync::oneshot;
@@ -651,81 +652,6 @@ fn e15_every_metric_is_described() {
     });
 }
 
-/// Every description handed to the recorder (what the Prometheus exporter prints as `# HELP`),
-/// whether or not the metric has a value yet.
-#[derive(Default)]
-struct Descriptions(Mutex<Vec<(String, String)>>);
-
-impl metrics::Recorder for Descriptions {
-    fn describe_counter(
-        &self,
-        key: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        text: metrics::SharedString,
-    ) {
-        self.0
-            .lock()
-            .unwrap()
-            .push((key.as_str().to_owned(), text.into_owned()));
-    }
-
-    fn describe_gauge(
-        &self,
-        key: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        text: metrics::SharedString,
-    ) {
-        self.0
-            .lock()
-            .unwrap()
-            .push((key.as_str().to_owned(), text.into_owned()));
-    }
-
-    fn describe_histogram(
-        &self,
-        key: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        text: metrics::SharedString,
-    ) {
-        self.0
-            .lock()
-            .unwrap()
-            .push((key.as_str().to_owned(), text.into_owned()));
-    }
-
-    fn register_counter(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
-        metrics::Counter::noop()
-    }
-
-    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
-        metrics::Gauge::noop()
-    }
-
-    fn register_histogram(
-        &self,
-        _: &metrics::Key,
-        _: &metrics::Metadata<'_>,
-    ) -> metrics::Histogram {
-        metrics::Histogram::noop()
-    }
-}
-
-/// The requirement IDs in `text`: words such as `E9`, `D4`, `T1a` (a capital letter, one or two
-/// digits, maybe a lower-case letter), bare or in brackets.
-fn requirement_ids(text: &str) -> Vec<&str> {
-    text.split(|c: char| !c.is_ascii_alphanumeric())
-        .filter(|w| {
-            let b = w.as_bytes();
-            let digits = b.iter().skip(1).take_while(|c| c.is_ascii_digit()).count();
-            let rest = &b[(1 + digits).min(b.len())..];
-            b.len() >= 2
-                && b[0].is_ascii_uppercase()
-                && (1..=2).contains(&digits)
-                && (rest.is_empty() || (rest.len() == 1 && rest[0].is_ascii_lowercase()))
-        })
-        .collect()
-}
-
 #[test]
 fn e9_requirement_ids_are_recognised() {
     assert_eq!(requirement_ids("Runs in flight in the shard (E9)."), ["E9"]);
@@ -742,7 +668,7 @@ fn e9_requirement_ids_are_recognised() {
 fn e9_help_text_names_no_requirement_ids() {
     let recorder = Descriptions::default();
     metrics::with_local_recorder(&recorder, names::describe);
-    let described = recorder.0.into_inner().unwrap();
+    let described = recorder.into_vec();
     for name in [
         names::IN_FLIGHT,
         names::COMPLETED,

@@ -1,8 +1,9 @@
 //! Hedged keyed writes (R9) and deadline-aware attempts (R10), measured over real sockets.
 //!
-//! `cargo bench -p idem-benches --bench hedging` (starts its own redis-server; about a minute
-//! in the dev profile); `IDEM_BENCH_QUICK=1` for a quarter of the calls (about 30 s). Prints
-//! two tables (BENCHMARKS.md has the last ones).
+//! `cargo bench -p idem-benches --bench hedging` (starts its own redis-server; about 20 s, a
+//! minute in the dev profile); `IDEM_BENCH_QUICK=1` for a quarter of the calls (under 10 s; 15 s
+//! in the dev profile), to check that it runs: its p99 is the 10th slowest call. Prints two
+//! tables (BENCHMARKS.md has the last ones).
 //!
 //! * **Hedging.** Two axum instances, HTTP/2 on loopback, each a `TieredEngine` on one Redis
 //!   tier, `POST /orders` behind `IdemLayer` (a side effect counted per key, 1 ms of work).

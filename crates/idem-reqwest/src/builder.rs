@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_retry::{Retrier, RetryBudget, RetryPolicy, TokioScheduler};
+use idem_retry::{
+    HedgeDelay, HedgingPolicy, LatencyTracker, Retrier, RetryBudget, RetryPolicy, TokioScheduler,
+};
 use reqwest::header::HeaderName;
 
 use crate::{ConfigError, RetryMiddleware, Writes};
@@ -34,6 +36,7 @@ pub(crate) struct Config {
     pub(crate) call_timeout: Duration,
     pub(crate) attempt_timeout: Option<Duration>,
     pub(crate) missing_key: MissingKey,
+    pub(crate) hedging: Option<HedgingPolicy>,
 }
 
 /// Builds a [`RetryMiddleware`]; every setting has a default (see [`RetryMiddleware`]).
@@ -43,6 +46,7 @@ pub struct RetryMiddlewareBuilder<S = TokioScheduler> {
     policy: RetryPolicy,
     budget: RetryBudget,
     scheduler: S,
+    latencies: Option<LatencyTracker>,
     cfg: Config,
 }
 
@@ -52,12 +56,14 @@ impl RetryMiddlewareBuilder<TokioScheduler> {
             policy: RetryPolicy::default(),
             budget: RetryBudget::new(),
             scheduler: TokioScheduler,
+            latencies: None,
             cfg: Config {
                 writes: Writes::default(),
                 key_header: IDEMPOTENCY_KEY,
                 call_timeout: DEFAULT_CALL_TIMEOUT,
                 attempt_timeout: None,
                 missing_key: MissingKey::Generate,
+                hedging: None,
             },
         }
     }
@@ -112,6 +118,22 @@ impl<S> RetryMiddlewareBuilder<S> {
         self
     }
 
+    /// Hedges every read and every keyed write by `policy` instead of retrying it: a copy with
+    /// the same key after the hedging delay, the first success taken, the other copies dropped.
+    /// A write without a key, or with a body that is a stream, is never hedged. Default: none.
+    pub fn hedging(mut self, policy: HedgingPolicy) -> Self {
+        self.cfg.hedging = Some(policy);
+        self
+    }
+
+    /// The recent latencies, per method and path, that an adaptive hedging delay and the
+    /// deadline-aware minimum attempt time read; pass clones of one tracker to share it.
+    /// Default: one of the middleware's own when either needs it.
+    pub fn latencies(mut self, tracker: LatencyTracker) -> Self {
+        self.latencies = Some(tracker);
+        self
+    }
+
     /// Waits between attempts through `scheduler` instead of tokio's timer (a
     /// [`VirtualScheduler`](idem_retry::VirtualScheduler) in tests records every wait and makes
     /// none). Default: [`TokioScheduler`].
@@ -120,6 +142,7 @@ impl<S> RetryMiddlewareBuilder<S> {
             policy: self.policy,
             budget: self.budget,
             scheduler,
+            latencies: self.latencies,
             cfg: self.cfg,
         }
     }
@@ -149,10 +172,19 @@ impl<S> RetryMiddlewareBuilder<S> {
     /// the defaults).
     pub(crate) fn assemble(self) -> RetryMiddleware<S> {
         crate::stats::describe();
+        let adaptive = matches!(
+            self.cfg.hedging.as_ref().map(HedgingPolicy::delay),
+            Some(HedgeDelay::Percentile(_))
+        );
+        let needs = adaptive || self.policy.observed_min_attempt().is_some();
+        let mut retrier = Retrier::new(self.policy)
+            .with_budget(self.budget)
+            .with_scheduler(self.scheduler);
+        if let Some(t) = self.latencies.or_else(|| needs.then(LatencyTracker::new)) {
+            retrier = retrier.with_latencies(t);
+        }
         RetryMiddleware {
-            retrier: Retrier::new(self.policy)
-                .with_budget(self.budget)
-                .with_scheduler(self.scheduler),
+            retrier,
             cfg: Arc::new(self.cfg),
             counters: Arc::default(),
         }

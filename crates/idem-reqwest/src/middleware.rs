@@ -245,6 +245,11 @@ where
             (None, false, true) => Call::idempotent(),
         }
         .with_deadline(deadline);
+        let call = match self.retrier.latencies() {
+            Some(_) => call.with_target(format!("{} {}", req.method(), req.url().path())),
+            None => call,
+        };
+        let hedging = cfg.hedging.as_ref();
 
         let mut first = Some(req);
         let last_ext: Mutex<Option<Extensions>> = Mutex::new(None);
@@ -252,48 +257,49 @@ where
         let last_failure: Mutex<Option<Failure>> = Mutex::new(None);
         let attempts = AtomicU32::new(0);
         let caller_ext: &Extensions = ext;
-        let result = self
-            .retrier
-            .call_reporting(&call, |attempt: Attempt| {
-                attempts.fetch_add(1, Relaxed);
-                if attempt.is_retry() {
-                    let why = last_failure
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .unwrap_or(Failure::Other);
-                    self.counters.retry(why);
-                }
-                let time = cfg
-                    .attempt_timeout
-                    .map_or(deadline.remaining(), |t| t.min(deadline.remaining()));
-                let req = first
-                    .take()
-                    .or_else(|| spare.as_ref().and_then(Request::try_clone));
-                // Each attempt runs the rest of the chain with its own copy of the caller's
-                // extensions; the last attempt's go back to the caller.
-                let mut attempt_ext = caller_ext.clone();
-                let next = next.clone();
-                let (last_ext, last_failure) = (&last_ext, &last_failure);
-                async move {
-                    let result = match req {
-                        None => Err(attempt::not_resendable()),
-                        Some(req) => {
-                            match tokio::time::timeout(time, next.run(req, &mut attempt_ext)).await
-                            {
-                                Ok(Ok(response)) => attempt::response(response),
-                                Ok(Err(e)) => Err(attempt::error(e)),
-                                Err(_) => Err(attempt::timeout(time)),
-                            }
+        let op = |attempt: Attempt| {
+            attempts.fetch_add(1, Relaxed);
+            // A hedged copy is not a retry: the retrier counts it as a hedge.
+            if attempt.is_retry() && hedging.is_none() {
+                let why = last_failure
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .unwrap_or(Failure::Other);
+                self.counters.retry(why);
+            }
+            let time = cfg
+                .attempt_timeout
+                .map_or(deadline.remaining(), |t| t.min(deadline.remaining()));
+            let req = first
+                .take()
+                .or_else(|| spare.as_ref().and_then(Request::try_clone));
+            // Each attempt runs the rest of the chain with its own copy of the caller's
+            // extensions; the last attempt's go back to the caller.
+            let mut attempt_ext = caller_ext.clone();
+            let next = next.clone();
+            let (last_ext, last_failure) = (&last_ext, &last_failure);
+            async move {
+                let result = match req {
+                    None => Err(attempt::not_resendable()),
+                    Some(req) => {
+                        match tokio::time::timeout(time, next.run(req, &mut attempt_ext)).await {
+                            Ok(Ok(response)) => attempt::response(response),
+                            Ok(Err(e)) => Err(attempt::error(e)),
+                            Err(_) => Err(attempt::timeout(time)),
                         }
-                    };
-                    *last_ext.lock().unwrap_or_else(PoisonError::into_inner) = Some(attempt_ext);
-                    if let Err(e) = &result {
-                        *last_failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.kind);
                     }
-                    result
+                };
+                *last_ext.lock().unwrap_or_else(PoisonError::into_inner) = Some(attempt_ext);
+                if let Err(e) = &result {
+                    *last_failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.kind);
                 }
-            })
-            .await;
+                result
+            }
+        };
+        let result = match hedging {
+            Some(h) => self.retrier.call_hedged(&call, h, op).await,
+            None => self.retrier.call_reporting(&call, op).await,
+        };
         if let Some(e) = last_ext
             .into_inner()
             .unwrap_or_else(PoisonError::into_inner)

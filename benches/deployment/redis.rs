@@ -90,15 +90,36 @@ async fn hand_rolled(State(mgr): State<ConnectionManager>, req: Request, next: N
     Response::from_parts(parts, axum::body::Body::from(body))
 }
 
-/// Redis' own (calls, µs) since the last `CONFIG RESETSTAT`, over every command but INFO.
-async fn commandstats(port: u16) -> (f64, f64) {
+/// The commands idem's scripts call inside Redis: `INFO commandstats` lists them beside the
+/// `EVALSHA` whose time already includes theirs, so they are left out where scripts ran.
+const IN_SCRIPTS: [&str; 10] = [
+    "hmget", "hset", "hget", "time", "get", "set", "pexpire", "pttl", "publish", "del",
+];
+
+/// Redis' own top-level (calls, µs) since the last `CONFIG RESETSTAT` (`INFO commandstats`,
+/// without INFO and CONFIG), and its main thread's CPU µs so far (`INFO cpu`).
+async fn commandstats(port: u16) -> (f64, f64, f64) {
     let stats = raw(port, "INFO commandstats")
         .await
         .expect("INFO commandstats");
+    let lines: Vec<&str> = stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_"))
+        .collect();
+    let scripted = lines.iter().any(|l| l.starts_with("cmdstat_eval"));
     let (mut calls, mut usec) = (0.0, 0.0);
-    for l in stats.lines().filter(|l| l.starts_with("cmdstat_")) {
-        if l.starts_with("cmdstat_info:") || l.starts_with("cmdstat_config") {
+    for l in lines {
+        let name = l
+            .trim_start_matches("cmdstat_")
+            .split(':')
+            .next()
+            .unwrap_or("");
+        if name == "info" || name.starts_with("config") || (scripted && IN_SCRIPTS.contains(&name))
+        {
             continue;
+        }
+        if std::env::var_os("IDEM_DEPLOY_VERBOSE").is_some() {
+            println!("  {l}");
         }
         let field = |f: &str| -> f64 {
             l.split(&format!("{f}="))
@@ -107,16 +128,22 @@ async fn commandstats(port: u16) -> (f64, f64) {
                 .and_then(|x| x.parse().ok())
                 .unwrap_or(0.0)
         };
-        if std::env::var_os("IDEM_DEPLOY_VERBOSE").is_some() {
-            println!("  {l}");
-        }
         calls += field("calls");
         usec += field("usec");
     }
-    (calls, usec)
+    let cpu = raw(port, "INFO cpu").await.expect("INFO cpu");
+    let secs = |f: &str| -> f64 {
+        cpu.lines()
+            .find_map(|l| l.strip_prefix(&format!("{f}:")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    let main = secs("used_cpu_user_main_thread") + secs("used_cpu_sys_main_thread");
+    (calls, usec, main * 1e6)
 }
 
-/// One side's run: (requests/s, Redis calls per intent, Redis µs per intent).
+/// One side's run: (requests/s, Redis calls, Redis command µs, Redis main-thread CPU µs; each
+/// per intent).
 async fn side(
     port: u16,
     addr: SocketAddr,
@@ -124,15 +151,21 @@ async fn side(
     n: u64,
     key: String,
     unique: bool,
-) -> [f64; 3] {
+) -> [f64; 4] {
     raw(port, "CONFIG RESETSTAT")
         .await
         .expect("CONFIG RESETSTAT");
+    let (_, _, cpu0) = commandstats(port).await;
     let l = load::run(addr, conns, n, key, unique).await;
     assert_eq!(l.not_ok, 0, "every request must succeed");
-    let (calls, usec) = commandstats(port).await;
+    let (calls, usec, cpu1) = commandstats(port).await;
     let per = l.done as f64;
-    [per / l.elapsed.as_secs_f64(), calls / per, usec / per]
+    [
+        per / l.elapsed.as_secs_f64(),
+        calls / per,
+        usec / per,
+        (cpu1 - cpu0) / per,
+    ]
 }
 
 /// The Redis pair on a `redis-server` of the bench's own (no persistence: opted in).
@@ -177,7 +210,7 @@ pub async fn redis_part(pairs: u64, n: u64, conns: usize) {
                 load::run(layered, 1, 1, key.clone(), false).await;
                 load::run(hand, 1, 1, key.clone(), false).await;
             }
-            let mut one = [[0.0; 3]; 2];
+            let mut one = [[0.0; 4]; 2];
             for k in 0..2 {
                 let idem_side = (k + round as usize) % 2 == 1;
                 let addr = if idem_side { layered } else { hand };
@@ -190,11 +223,11 @@ pub async fn redis_part(pairs: u64, n: u64, conns: usize) {
             h.push(one[0]);
             i.push(one[1]);
         }
-        let med = |v: &[[f64; 3]], k: usize| median(v.iter().map(|f| f[k]).collect());
+        let med = |v: &[[f64; 4]], k: usize| median(v.iter().map(|f| f[k]).collect());
         println!(
             "redis {:<7} ratio idem/hand-rolled {:.2}x (pairs {:?}) | hand-rolled {:.0} req/s, \
-             {:.2} calls, {:.2} us Redis per intent | idem {:.0} req/s, {:.2} calls, {:.2} us \
-             Redis per intent",
+             {:.2} calls, {:.2} us in commands, {:.1} us Redis CPU per intent | idem {:.0} req/s, \
+             {:.2} calls, {:.2} us in commands, {:.1} us Redis CPU per intent",
             if unique { "unique" } else { "replay" },
             median(ratios.clone()),
             ratios
@@ -204,9 +237,11 @@ pub async fn redis_part(pairs: u64, n: u64, conns: usize) {
             med(&h, 0),
             med(&h, 1),
             med(&h, 2),
+            med(&h, 3),
             med(&i, 0),
             med(&i, 1),
             med(&i, 2),
+            med(&i, 3),
         );
     }
 }

@@ -215,9 +215,10 @@ where
             inner: Arc::new(Inner {
                 local,
                 local_ttl,
-                db,
+                db: db.clone(),
                 codec: self.codec,
                 cfg: self.cfg,
+                warm: Arc::new(super::warm::Warm::new(db.clone())),
                 sweeper,
             }),
         })

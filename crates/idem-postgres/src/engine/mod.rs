@@ -4,6 +4,7 @@
 mod builder;
 mod call;
 pub(crate) mod run;
+mod warm;
 
 use std::fmt;
 use std::future::Future;
@@ -33,6 +34,8 @@ pub(crate) struct Inner<V, C> {
     pub(crate) db: Arc<Db>,
     pub(crate) codec: C,
     pub(crate) cfg: TxConfig,
+    /// Open, empty transactions left by committed runs, for the next claims (see `warm.rs`).
+    pub(crate) warm: Arc<warm::Warm>,
     sweeper: Option<tokio::task::JoinHandle<()>>,
 }
 

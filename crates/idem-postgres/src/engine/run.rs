@@ -1,5 +1,5 @@
-//! The local leader's transactional run: BEGIN, claim under the scope's lock, the action, the
-//! record, COMMIT — or the stored result, a conflict, or a wait.
+//! The local leader's transactional run: BEGIN (or a warm transaction), claim under the scope's
+//! lock, the action, the record, COMMIT — or the stored result, a conflict, or a wait.
 
 use std::fmt;
 use std::future::Future;
@@ -73,11 +73,19 @@ where
     let d = ScopeDigest::of(&scope);
     let give_up = Instant::now() + cfg.max_wait;
     let mut poll = cfg.poll_first;
+    // A warm transaction (see `warm.rs`) saves the BEGIN round trip; after one failed its
+    // claim (its connection may have died with a server restart) the run uses fresh ones.
+    let mut try_warm = true;
     loop {
-        let tx = db
-            .query("begin", db.pool.begin())
-            .await
-            .map_err(|f| db.status(f))?;
+        let warm = if try_warm { inner.warm.take() } else { None };
+        let from_warm = warm.is_some();
+        let tx = match warm {
+            Some(tx) => tx,
+            None => db
+                .query("begin", db.pool.begin())
+                .await
+                .map_err(|f| db.status(f))?,
+        };
         let mut tx = Rollback::new(inner.clone(), tx);
         // Waits for the scope's lock (another transaction of the scope, on any instance) for
         // what is left of max_wait; the lock is then held until this transaction ends.
@@ -95,6 +103,11 @@ where
             match db.timed("tx_claim", wait + db.query_timeout, q).await {
                 Ok(row) => row,
                 Err(f) if f.is_lock_timeout() => return Err(in_flight(cfg.max_wait, cfg.lease)),
+                // Nothing ran in a warm transaction but this claim: start again on a fresh one.
+                Err(_) if from_warm => {
+                    try_warm = false;
+                    continue;
+                }
                 Err(f) => return Err(db.status(f)),
             };
         match outcome {
@@ -209,8 +222,12 @@ where
     );
     let finish = simple_query(tx.conn(), &sql);
     match db.timed("tx_finish", db.query_timeout, finish).await {
-        // Committed; dropping `tx` rolls back the empty transaction the string began.
-        Ok(_) => Ok(value),
+        // Committed: the empty transaction the string began stays open for the next run's
+        // claim (or goes back to the pool, rolled back; see `warm.rs`).
+        Ok(_) => {
+            super::warm::Warm::keep(&inner.warm, tx.into_inner());
+            Ok(value)
+        }
         // The server refused the record or the COMMIT: the transaction rolled back.
         Err(f) if f.is_error_reply() => Err(not_committed(db.status(f))),
         // No answer: it may or may not have committed.

@@ -16,6 +16,7 @@ mod d4_sqlstate;
 mod d4_transactional;
 mod d4_two_processes;
 mod d4_unreachable;
+mod d4_warm;
 mod d6_local;
 mod d7_completer;
 mod d7_kill;

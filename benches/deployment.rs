@@ -1,4 +1,4 @@
-//! What a deployment pays (issue 25): the user-level pairs where a team would measure idem,
+//! What a deployment pays: the user-level pairs where a team would measure idem,
 //! alternated in one run, with the deterministic counts of the shared tier beside each ratio.
 //!
 //! `cargo bench -p idem-benches --bench deployment`; `IDEM_BENCH_QUICK=1` for a short run

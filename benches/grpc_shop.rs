@@ -1,4 +1,4 @@
-//! The user-level benchmark over gRPC (issue 17, optional part): the tonic shop's `CreateOrder`
+//! The user-level benchmark over gRPC (optional part): the tonic shop's `CreateOrder`
 //! with and without `idem_tower::IdemLayer`, driven over loopback by a tonic load client, the two
 //! servers alternated in one run, the ratios layered / bare reported. The HTTP twin is
 //! `http_shop.rs`; the method is the same (BENCHMARKS.md).

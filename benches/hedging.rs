@@ -1,4 +1,4 @@
-//! Hedged keyed writes (R9) and deadline-aware attempts (R10), measured over real sockets.
+//! Hedged keyed writes and deadline-aware attempts, measured over real sockets.
 //!
 //! `cargo bench -p idem-benches --bench hedging` (starts its own redis-server; about 20 s, a
 //! minute in the dev profile); `IDEM_BENCH_QUICK=1` for a quarter of the calls (under 10 s; 15 s

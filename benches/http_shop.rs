@@ -1,4 +1,4 @@
-//! The user-level benchmark (issue 17): the axum shop's `POST /orders` with and without
+//! The user-level benchmark: the axum shop's `POST /orders` with and without
 //! `idem_tower::IdemLayer` in front, driven over loopback by `wrk`, the two servers alternated in
 //! one run, and the ratios layered / bare reported.
 //!

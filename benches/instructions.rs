@@ -1,4 +1,4 @@
-//! Instructions per call, idem against the DashMap design, counted by callgrind (issue 4).
+//! Instructions per call, idem against the DashMap design, counted by callgrind.
 //!
 //! Throughput on a shared 2-core VM moves by ±20–30% between processes; an instruction count
 //! does not. This bench runs one workload of the peers bench for one store on a current-thread

@@ -1,4 +1,4 @@
-//! What `IdemLayer` costs per request, in process, without sockets (issue 17): the axum shop's
+//! What `IdemLayer` costs per request, in process, without sockets: the axum shop's
 //! `POST /orders` (the same routers as `http_shop`) called through `tower::Service` on a
 //! one-thread tokio runtime, bare and layered, and each response body read to its end as hyper
 //! would. It counts what a loopback run cannot: **heap allocations and bytes asked per request**

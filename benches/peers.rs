@@ -338,7 +338,7 @@ fn unique<S: Store>(ctx: &mut Ctx, g: &mut BenchmarkGroup<'_, WallTime>) {
 }
 
 /// Unique keys with idem and the DashMap design alternated slice by slice, as `replay_paired`
-/// does for replay (issue 17): both stores built with the unique workload's settings (results
+/// does for replay: both stores built with the unique workload's settings (results
 /// live 1 s) and alive together, a warm-up of alternating slices long enough for the first
 /// results to expire (so both stores are in their steady state, inserting and expiring), then
 /// 20 (quick) / 30 pairs of ~0.1 s slices, which store goes first alternating, and the median of

@@ -34,19 +34,20 @@
 mod pinned;
 #[path = "support/shop_route.rs"]
 mod shop_route;
+#[path = "http_shop/wrk.rs"]
+mod wrk;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use idem_dedup::Engine;
 use idem_tower::StoredResponse;
 use serde_json::{json, Map, Value};
 
-use pinned::{cpu_ns, cpus, env_u64, has, median, out_dir, pin_self, quick, r3};
+use pinned::{cpus, env_u64, has, median, out_dir, pin_self, quick, r3};
 use shop_route::{BODY, TENANT};
+use wrk::{run_wrk, write_scripts, Load, Wrk};
 
 /// Starts both servers on the current runtime: (bare, layered, the layered side's engine).
 async fn serve(ttl: Duration) -> (SocketAddr, SocketAddr, Engine<StoredResponse>) {
@@ -112,133 +113,12 @@ fn self_check(bare: SocketAddr, layered: SocketAddr) {
     );
 }
 
-const COMMON_LUA: &str = r#"wrk.method = "POST"
-wrk.body = "intent_id=bench-order&sku=book-1&quantity=1"
-wrk.headers["Content-Type"] = "application/x-www-form-urlencoded"
-wrk.headers["Authorization"] = "Bearer tenant-bench"
-local prefix = 0
-function init(args)
-  prefix = tonumber(args[1]) or 0
-"#;
-
-/// Every request a fresh key: the run's prefix (a wrk argument) and a counter.
-const UNIQUE_LUA: &str = r#"  counter = 0
-end
-function request()
-  counter = counter + 1
-  wrk.headers["Idempotency-Key"] = string.format("%08x-0000-4000-8000-%012d", prefix, counter)
-  return wrk.format()
-end
-"#;
-
-/// One key for the whole run (wrk builds the request once).
-const REPLAY_LUA: &str = r#"  wrk.headers["Idempotency-Key"] = string.format("%08x-0000-4000-8000-000000000001", prefix)
-end
-"#;
-
-fn write_scripts(dir: &Path) -> (PathBuf, PathBuf) {
-    let unique = dir.join("http_unique.lua");
-    let replay = dir.join("http_replay.lua");
-    std::fs::write(&unique, format!("{COMMON_LUA}{UNIQUE_LUA}")).expect("write unique.lua");
-    std::fs::write(&replay, format!("{COMMON_LUA}{REPLAY_LUA}")).expect("write replay.lua");
-    (unique, replay)
-}
-
 /// This process' resident memory in MiB (`/proc/self/statm`, 4 KiB pages), 0 where unknown.
 fn rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
         .and_then(|s| s.split_whitespace().nth(1)?.parse::<f64>().ok())
         .map_or(0.0, |pages| pages * 4096.0 / (1 << 20) as f64)
-}
-
-/// What one `wrk` run measured.
-#[derive(Debug, Clone, Default)]
-struct Wrk {
-    rps: f64,
-    requests: f64,
-    p50_us: f64,
-    p99_us: f64,
-    bad: u64,
-    /// Server CPU µs per request over the run.
-    cpu_us_per_req: f64,
-    /// Server CPU time over wall time (1.0: its core was busy the whole run).
-    server_busy: f64,
-}
-
-fn duration_us(s: &str) -> Option<f64> {
-    let (num, mul) = if let Some(n) = s.strip_suffix("us") {
-        (n, 1.0)
-    } else if let Some(n) = s.strip_suffix("ms") {
-        (n, 1e3)
-    } else if let Some(n) = s.strip_suffix('m') {
-        (n, 60e6)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1e6)
-    } else {
-        return None;
-    };
-    num.parse::<f64>().ok().map(|x| x * mul)
-}
-
-fn parse_wrk(out: &str) -> Wrk {
-    let mut w = Wrk::default();
-    for line in out.lines() {
-        let t: Vec<&str> = line.split_whitespace().collect();
-        match t.as_slice() {
-            ["Requests/sec:", x, ..] => w.rps = x.parse().unwrap_or(0.0),
-            ["50%", x, ..] => w.p50_us = duration_us(x).unwrap_or(0.0),
-            ["99%", x, ..] => w.p99_us = duration_us(x).unwrap_or(0.0),
-            [n, "requests", "in", ..] => w.requests = n.parse().unwrap_or(0.0),
-            ["Non-2xx", "or", "3xx", "responses:", n, ..] => w.bad += n.parse().unwrap_or(0),
-            ["Socket", "errors:", rest @ ..] => {
-                // connect 0, read 0, write 0, timeout 0
-                w.bad += rest
-                    .iter()
-                    .filter_map(|x| x.trim_end_matches(',').parse::<u64>().ok())
-                    .sum::<u64>();
-            }
-            _ => {}
-        }
-    }
-    w
-}
-
-struct Load {
-    pin: bool,
-    conns: u64,
-}
-
-fn run_wrk(load: &Load, script: &Path, addr: SocketAddr, secs: u64, run_id: u64) -> Wrk {
-    let mut cmd = if load.pin {
-        let mut c = Command::new("taskset");
-        c.args(["-c", "1", "wrk"]);
-        c
-    } else {
-        Command::new("wrk")
-    };
-    cmd.args(["-t1", &format!("-c{}", load.conns), &format!("-d{secs}s")])
-        .arg("--latency")
-        .arg("-s")
-        .arg(script)
-        .arg(format!("http://{addr}/orders"))
-        .arg("--")
-        .arg(run_id.to_string());
-    let (cpu0, t0) = (cpu_ns(), Instant::now());
-    let out = cmd.output().expect("run wrk");
-    let (cpu, wall) = (cpu_ns() - cpu0, t0.elapsed());
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "wrk failed: {}\n{text}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut w = parse_wrk(&text);
-    if w.requests > 0.0 {
-        w.cpu_us_per_req = cpu as f64 / 1e3 / w.requests;
-    }
-    w.server_busy = cpu as f64 / wall.as_nanos() as f64;
-    w
 }
 
 fn main() {

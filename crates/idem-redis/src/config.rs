@@ -20,7 +20,6 @@ use crate::persistence::Persistence;
 /// | [`allow_volatile`](Self::allow_volatile) | `false` | a Redis without an append-only file is refused ([`ConnectError::Volatile`]): its restart loses acknowledged records |
 /// | [`health_window`](Self::health_window) | 3 s | 3 failed calls within it: a fresh client replaces the connection (at most once per window) |
 /// | [`wait_replicas`](Self::wait_replicas) | off | a claim holds and a completion counts as recorded once Redis acknowledged it; with it, once `n` replicas have it too |
-/// | [`max_batch`](Self::max_batch) | 64 | claims and completions started while earlier ones are on the wire share one script call (one server, without `wait_replicas`) |
 ///
 /// ```no_run
 /// # #[tokio::main(flavor = "current_thread")]
@@ -54,7 +53,6 @@ pub struct RedisTierBuilder {
     pub(crate) health_window: Duration,
     pub(crate) replace_stalled: bool,
     pub(crate) wait_replicas: Option<(u32, Duration)>,
-    pub(crate) max_batch: usize,
 }
 
 impl Default for RedisTierBuilder {
@@ -70,7 +68,6 @@ pub(crate) struct TierSettings {
     pub(crate) connect_timeout: Duration,
     pub(crate) wait_replicas: Option<(u32, Duration)>,
     pub(crate) persistence: Persistence,
-    pub(crate) max_batch: usize,
 }
 
 impl RedisTierBuilder {
@@ -85,7 +82,6 @@ impl RedisTierBuilder {
             health_window: Duration::from_secs(3),
             replace_stalled: true,
             wait_replicas: None,
-            max_batch: 64,
         }
     }
 
@@ -161,27 +157,7 @@ impl RedisTierBuilder {
         self
     }
 
-    /// The most claims and completions one script call carries. On one Redis server without
-    /// [`wait_replicas`](Self::wait_replicas), the claims and completions that runs start while
-    /// earlier script calls are still waiting for Redis queue up and go out together, each run
-    /// exactly as its own script would run it, in one atomic script; a lone call goes out at
-    /// once. A call on its own costs Redis several times the commands inside it, so at high
-    /// concurrency this cuts Redis' time and the round trips per intent. A batch that fails
-    /// (Redis down, the time limit) fails each of its calls as a lone call would. `1` sends every
-    /// claim and completion as a script of its own. On Redis Cluster calls are never batched (a
-    /// script may touch one slot only). Default: 64.
-    pub const fn max_batch(mut self, n: usize) -> Self {
-        self.max_batch = n;
-        self
-    }
-
     pub(crate) fn validate(&self) -> Result<(), ConnectError> {
-        if self.max_batch == 0 {
-            return Err(ConnectError::Invalid(
-                "max_batch must be at least 1 (1: every claim and completion is a script call of \
-                 its own)",
-            ));
-        }
         if self.prefix.contains(['{', '}']) {
             return Err(ConnectError::Invalid(
                 "prefix must not contain '{' or '}' (the hash tag follows it)",
@@ -267,15 +243,5 @@ mod tests {
         assert!(matches!(b.validate(), Err(ConnectError::Invalid(_))));
         let b = RedisTierBuilder::new().wait_replicas(1, Duration::from_millis(100));
         assert!(b.validate().is_ok());
-    }
-
-    #[test]
-    fn d1_max_batch_of_zero_is_refused_with_the_rule() {
-        let err = RedisTierBuilder::new().max_batch(0).validate().unwrap_err();
-        assert!(
-            err.to_string().contains("max_batch must be at least 1"),
-            "{err}"
-        );
-        assert!(RedisTierBuilder::new().max_batch(1).validate().is_ok());
     }
 }

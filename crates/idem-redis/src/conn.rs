@@ -23,7 +23,7 @@ pub(crate) enum Conn {
 /// A Lua script: its SHA-1 (for `EVALSHA`) and its body (for `EVAL` when a node does not know it:
 /// a fresh server, a restarted one, or a replica just promoted by a failover, since Redis neither
 /// persists nor replicates its script cache).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Lua {
     pub(crate) hash: String,
     pub(crate) body: &'static str,
@@ -220,18 +220,16 @@ async fn timed<T>(
 ) -> Result<T, Status> {
     match tokio::time::timeout(limit, fut).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(failed(cause(&e))),
+        // The message says the cause once; the error is not attached as well.
+        Ok(Err(e)) => Err(unavailable(format!(
+            "the idempotency store (redis) failed: {}",
+            cause(&e)
+        ))),
         Err(_) => Err(unavailable(format!(
             "the idempotency store (redis) did not answer within {} ms",
             limit.as_millis()
         ))),
     }
-}
-
-/// A call Redis failed, as `UNAVAILABLE`. The message says the cause once; the error is not
-/// attached as well.
-pub(crate) fn failed(cause: impl std::fmt::Display) -> Status {
-    unavailable(format!("the idempotency store (redis) failed: {cause}"))
 }
 
 /// `UNAVAILABLE` with [`Reason::UPSTREAM_UNAVAILABLE`]: retryable.

@@ -162,7 +162,6 @@ impl RedisTierBuilder {
                 connect_timeout: self.connect_timeout,
                 wait_replicas: self.wait_replicas,
                 persistence,
-                max_batch: self.max_batch,
             },
         )
         .await)

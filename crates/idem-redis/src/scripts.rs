@@ -1,5 +1,4 @@
-//! The Lua scripts (claim, complete, release, renew, forget, and a batch of claims and
-//! completions) and how their replies are read.
+//! The Lua scripts (claim, complete, release, renew, forget) and how their replies are read.
 //!
 //! Each runs atomically on the Redis node that owns the scope's slot; every key it touches carries
 //! the scope's hash tag, so it is a single-slot script on Redis Cluster too.
@@ -8,7 +7,7 @@ use redis::Value;
 
 use crate::conn::Lua;
 
-/// The claim, as a Lua function of (record, fence, fingerprint, lease ms, fence ttl ms, owner).
+/// `KEYS`: record, fence. `ARGV`: fingerprint, lease ms, fence ttl ms, owner.
 /// Replies `{0, token, reclaimed}` claimed, `{1, holder, pttl}` in flight, `{2, value}` completed,
 /// `{3}` conflict.
 ///
@@ -16,103 +15,50 @@ use crate::conn::Lua;
 /// it grows even when Redis lost the scope's fence (a restart without persistence): the clock has
 /// moved on since the lost token was handed out. A record held by the caller's own owner is an
 /// orphan (the owner runs one claim per scope at a time) and is taken back with a new token.
-macro_rules! claim_fn {
-    () => {
-        r#"
-local function claim(rk, fk, fp, lease, fence_ms, owner)
-  local r = redis.call('HMGET', rk, 'st', 'fp', 'tok', 'own', 'val')
-  local reclaimed = 0
-  if r[1] then
-    if r[2] ~= fp then return {3} end
-    if r[1] == 'done' then return {2, r[5]} end
-    if r[4] ~= owner then
-      redis.call('HSET', rk, 'w', '1')
-      return {1, tonumber(r[3]), redis.call('PTTL', rk)}
-    end
-    reclaimed = 1
+const CLAIM: &str = r#"
+local r = redis.call('HMGET', KEYS[1], 'st', 'fp', 'tok', 'own', 'val')
+local reclaimed = 0
+if r[1] then
+  if r[2] ~= ARGV[1] then return {3} end
+  if r[1] == 'done' then return {2, r[5]} end
+  if r[4] ~= ARGV[4] then
+    redis.call('HSET', KEYS[1], 'w', '1')
+    return {1, tonumber(r[3]), redis.call('PTTL', KEYS[1])}
   end
-  local t = redis.call('TIME')
-  local tok = tonumber(redis.call('GET', fk) or '0') + 1
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if now > tok then tok = now end
-  tok = string.format('%.0f', tok)
-  redis.call('SET', fk, tok, 'PX', fence_ms)
-  redis.call('HSET', rk, 'st', 'run', 'fp', fp, 'tok', tok, 'own', owner)
-  redis.call('PEXPIRE', rk, lease)
-  return {0, tok, reclaimed}
+  reclaimed = 1
 end
-"#
-    };
-}
+local t = redis.call('TIME')
+local tok = tonumber(redis.call('GET', KEYS[2]) or '0') + 1
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if now > tok then tok = now end
+tok = string.format('%.0f', tok)
+redis.call('SET', KEYS[2], tok, 'PX', ARGV[3])
+redis.call('HSET', KEYS[1], 'st', 'run', 'fp', ARGV[1], 'tok', tok, 'own', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {0, tok, reclaimed}
+"#;
 
-/// The completion, as a Lua function of (record, fence, token, owner, value, ttl ms, channel,
-/// fingerprint). Replies `{1}` stored (now, or already by this claim), `{0, current token or 0}`
-/// fenced out. Publishes on the channel when a waiter marked the record.
+/// `KEYS`: record, fence. `ARGV`: token, owner, value, ttl ms, channel, fingerprint.
+/// Replies `{1}` stored (now, or already by this claim), `{0, current token or 0}` fenced out.
+/// Publishes on the channel when a waiter marked the record.
 ///
 /// The claim still holds while the fence equals its token, even if the record's lease ran out
 /// (the record is then written again); a fence that is gone means Redis lost the scope's data and
 /// nobody claimed since, so the result is written too.
-macro_rules! complete_fn {
-    () => {
-        r#"
-local function complete(rk, fk, tok, owner, val, ttl, channel, fp)
-  local r = redis.call('HMGET', rk, 'st', 'tok', 'w')
-  if r[1] == 'done' then
-    if r[2] == tok then return {1} end
-    return {0, tonumber(r[2]) or 0}
-  end
-  if r[1] == 'run' and r[2] ~= tok then return {0, tonumber(r[2]) or 0} end
-  local f = redis.call('GET', fk)
-  if f and f ~= tok then return {0, tonumber(f) or 0} end
-  redis.call('HSET', rk, 'st', 'done', 'fp', fp, 'tok', tok, 'own', owner, 'val', val)
-  redis.call('PEXPIRE', rk, ttl)
-  if r[3] then redis.call('PUBLISH', channel, 'done') end
-  return {1}
+const COMPLETE: &str = r#"
+local r = redis.call('HMGET', KEYS[1], 'st', 'tok', 'w')
+if r[1] == 'done' then
+  if r[2] == ARGV[1] then return {1} end
+  return {0, tonumber(r[2]) or 0}
 end
-"#
-    };
-}
-
-/// `KEYS`: record, fence. `ARGV`: fingerprint, lease ms, fence ttl ms, owner. Replies as
-/// `claim_fn!`.
-const CLAIM: &str = concat!(
-    claim_fn!(),
-    "return claim(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])\n"
-);
-
-/// `KEYS`: record, fence. `ARGV`: token, owner, value, ttl ms, channel, fingerprint. Replies as
-/// `complete_fn!`.
-const COMPLETE: &str = concat!(
-    complete_fn!(),
-    "return complete(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])\n"
-);
-
-/// Several claims and completions in one call, each run as its own script would run it, in order.
-/// `KEYS`: record and fence of each, in turn. `ARGV`: per call, `c` and the claim's four
-/// arguments, or `d` and the completion's six. Replies an array of their replies; a call whose
-/// command fails (a key of the wrong type) has `{-1, error message}` in its place, and the others
-/// still run. (Not an error reply: a client takes an array that holds one for an error of the
-/// whole call.)
-const BATCH: &str = concat!(
-    claim_fn!(),
-    complete_fn!(),
-    r#"
-local out, a = {}, 1
-for i = 1, #KEYS, 2 do
-  local ok, r
-  if ARGV[a] == 'c' then
-    ok, r = pcall(claim, KEYS[i], KEYS[i + 1], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4])
-    a = a + 5
-  else
-    ok, r = pcall(complete, KEYS[i], KEYS[i + 1], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3],
-      ARGV[a + 4], ARGV[a + 5], ARGV[a + 6])
-    a = a + 7
-  end
-  if ok then out[#out + 1] = r else out[#out + 1] = {-1, tostring(r)} end
-end
-return out
-"#
-);
+if r[1] == 'run' and r[2] ~= ARGV[1] then return {0, tonumber(r[2]) or 0} end
+local f = redis.call('GET', KEYS[2])
+if f and f ~= ARGV[1] then return {0, tonumber(f) or 0} end
+redis.call('HSET', KEYS[1], 'st', 'done', 'fp', ARGV[6], 'tok', ARGV[1], 'own', ARGV[2], 'val', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+if r[3] then redis.call('PUBLISH', ARGV[5], 'done') end
+return {1}
+"#;
 
 /// `KEYS`: record. `ARGV`: token, channel. Replies 1 released, 0 fenced out (the record is
 /// gone, completed or held by a later claim).
@@ -163,7 +109,6 @@ pub(crate) struct Scripts {
     pub(crate) release: Lua,
     pub(crate) renew: Lua,
     pub(crate) forget: Lua,
-    pub(crate) batch: Lua,
 }
 
 impl Scripts {
@@ -174,7 +119,6 @@ impl Scripts {
             release: Lua::new(RELEASE),
             renew: Lua::new(RENEW),
             forget: Lua::new(FORGET),
-            batch: Lua::new(BATCH),
         }
     }
 }

@@ -16,10 +16,7 @@ use crate::notifier::{self, Notifier};
 use crate::persistence::Persistence;
 use crate::scripts::Scripts;
 
-mod batch;
 mod remote;
-
-use batch::{Batcher, Kind};
 
 /// The Redis tier: claims, completions and waits on one Redis server or one Redis Cluster.
 /// Cheap to clone (clones share the connections).
@@ -43,9 +40,7 @@ struct Inner {
     persistence: Persistence,
     notifier: Arc<Notifier>,
     subscriber: Option<tokio::task::JoinHandle<()>>,
-    /// Claims and completions travel in batches (one server, no `wait_replicas`).
-    batcher: Option<Batcher>,
-    commands: Arc<AtomicU64>,
+    commands: AtomicU64,
 }
 
 impl Drop for Inner {
@@ -64,7 +59,6 @@ impl fmt::Debug for RedisTier {
             .field("command_timeout", &self.inner.command_timeout)
             .field("persistence", &self.inner.persistence)
             .field("wait_replicas", &self.inner.wait_replicas)
-            .field("batched", &self.inner.batcher.is_some())
             .field("subscribed", &self.inner.notifier.is_subscribed())
             .field("reconnects", &self.inner.link.reconnects())
             .finish_non_exhaustive()
@@ -88,7 +82,6 @@ impl RedisTier {
             connect_timeout,
             wait_replicas,
             persistence,
-            max_batch,
         } = settings;
         let notifier = Notifier::new(prefix.clone());
         let subscriber = (!pubsub_clients.is_empty()).then(|| {
@@ -107,20 +100,9 @@ impl RedisTier {
             &scripts.release,
             &scripts.renew,
             &scripts.forget,
-            &scripts.batch,
         ] {
             conn.preload(s, command_timeout).await;
         }
-        let commands = Arc::new(AtomicU64::new(0));
-        let batcher = (max_batch > 1 && wait_replicas.is_none() && !link.is_cluster()).then(|| {
-            Batcher::start(
-                link.clone(),
-                scripts.batch.clone(),
-                command_timeout,
-                max_batch,
-                commands.clone(),
-            )
-        });
         RedisTier {
             inner: Arc::new(Inner {
                 link,
@@ -131,15 +113,13 @@ impl RedisTier {
                 persistence,
                 notifier,
                 subscriber,
-                batcher,
-                commands,
+                commands: AtomicU64::new(0),
             }),
         }
     }
 
     /// Redis calls this tier has made (scripts and reads; the subscriber's own traffic is not
-    /// counted; a script call that carries a batch of claims and completions counts once). A
-    /// replay served by the local engine adds nothing.
+    /// counted). A replay served by the local engine adds nothing.
     pub fn commands_sent(&self) -> u64 {
         self.inner.commands.load(Relaxed)
     }
@@ -168,25 +148,6 @@ impl RedisTier {
 
     fn keys(&self, scope: &Scope) -> ScopeKeys {
         ScopeKeys::new(&self.inner.prefix, scope)
-    }
-
-    /// Runs one claim or completion: in the next batch where the tier batches, else as `script`
-    /// of its own (`keys`: the scope's record and fence).
-    async fn claim_or_complete(
-        &self,
-        kind: Kind,
-        script: &Lua,
-        keys: [String; 2],
-        args: Vec<Vec<u8>>,
-    ) -> Result<Value, Status> {
-        match &self.inner.batcher {
-            Some(b) => b.call(kind, keys, args).await,
-            None => {
-                let keys = [keys[0].as_str(), keys[1].as_str()];
-                let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-                self.eval(script, &keys, &args).await
-            }
-        }
     }
 
     /// Runs a script on the current connection, noting the result for the health check.

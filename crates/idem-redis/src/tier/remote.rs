@@ -1,6 +1,5 @@
-//! How [`RedisTier`] answers the [`RemoteTier`] calls: one script or pipeline per call (claims and
-//! completions in batches where the tier batches them), waits on the completion notices with a
-//! bounded sleep behind them.
+//! How [`RedisTier`] answers the [`RemoteTier`] calls: one script or pipeline per call, waits on
+//! the completion notices with a bounded sleep behind them.
 
 use std::pin::pin;
 use std::sync::atomic::Ordering::Relaxed;
@@ -15,7 +14,6 @@ use redis::{Cmd, Value};
 use crate::conn::{protocol, unavailable};
 use crate::metrics::UNREPLICATED_TOTAL;
 use crate::scripts::{claim_reply, complete_reply, ClaimReply};
-use crate::tier::Kind;
 use crate::RedisTier;
 
 /// Milliseconds for PX / PEXPIRE: at least 1.
@@ -38,25 +36,27 @@ impl RemoteTier for RedisTier {
         owner: OwnerId,
     ) -> Result<ClaimOutcome, Status> {
         let k = self.keys(scope);
-        let args = vec![
-            fingerprint.to_string().into_bytes(),
-            ms(lease).to_string().into_bytes(),
-            ms(fence_ttl(lease)).to_string().into_bytes(),
-            owner.to_string().into_bytes(),
+        let (fp, lease_ms, fence_ms, owner_id) = (
+            fingerprint.to_string(),
+            ms(lease).to_string(),
+            ms(fence_ttl(lease)).to_string(),
+            owner.to_string(),
+        );
+        let keys = [k.record.as_str(), k.fence.as_str()];
+        let args: [&[u8]; 4] = [
+            fp.as_bytes(),
+            lease_ms.as_bytes(),
+            fence_ms.as_bytes(),
+            owner_id.as_bytes(),
         ];
         let script = &self.inner.scripts.claim;
         let parse = |v: Value| claim_reply(v).ok_or_else(|| protocol("claim script"));
         let reply = match self.inner.wait_replicas {
-            None => parse(
-                self.claim_or_complete(Kind::Claim, script, [k.record, k.fence], args)
-                    .await?,
-            )?,
+            None => parse(self.eval(script, &keys, &args).await?)?,
             // D5: a claim a failover could lose would let another instance run the action
             // too, so with `wait_replicas` the action runs only once replicas have the claim.
             Some((replicas, wait)) => {
                 let inner = &*self.inner;
-                let keys = [k.record.as_str(), k.fence.as_str()];
-                let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
                 inner.commands.fetch_add(1, Relaxed);
                 let r = inner
                     .link
@@ -110,26 +110,29 @@ impl RemoteTier for RedisTier {
     ) -> Result<Commit, Status> {
         let k = self.keys(claim.scope);
         let inner = &*self.inner;
-        let args = vec![
-            claim.token.get().to_string().into_bytes(),
-            claim.owner.to_string().into_bytes(),
-            value,
-            ms(ttl).to_string().into_bytes(),
-            k.channel.into_bytes(),
-            claim.fingerprint.to_string().into_bytes(),
+        let (token, owner, ttl_ms, fp) = (
+            claim.token.get().to_string(),
+            claim.owner.to_string(),
+            ms(ttl).to_string(),
+            claim.fingerprint.to_string(),
+        );
+        let keys = [k.record.as_str(), k.fence.as_str()];
+        let args: [&[u8]; 6] = [
+            token.as_bytes(),
+            owner.as_bytes(),
+            &value,
+            ttl_ms.as_bytes(),
+            k.channel.as_bytes(),
+            fp.as_bytes(),
         ];
         let script = &inner.scripts.complete;
         let Some((replicas, wait)) = inner.wait_replicas else {
-            let v = self
-                .claim_or_complete(Kind::Complete, script, [k.record, k.fence], args)
-                .await?;
+            let v = self.eval(script, &keys, &args).await?;
             return match complete_reply(v).ok_or_else(|| protocol("complete script"))? {
                 Ok(()) => Ok(Commit::Committed),
                 Err(_current) => Ok(Commit::FencedOut),
             };
         };
-        let keys = [k.record.as_str(), k.fence.as_str()];
-        let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
         inner.commands.fetch_add(1, Relaxed);
         let r = inner
             .link

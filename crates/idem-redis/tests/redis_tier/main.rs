@@ -3,7 +3,6 @@
 //! Every test starts its own `redis-server` (or a cluster) on free loopback ports and kills it at
 //! the end; see idem-test-support's `redis` module.
 
-mod d1_batches;
 mod d1_conflict;
 mod d1_two_engines;
 mod d1_two_processes;

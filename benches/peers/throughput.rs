@@ -197,17 +197,7 @@ pub(super) fn replay_paired(ctx: &mut Ctx) {
         theirs.push(y);
         ratios.push(x / y);
     }
-    let mut m = Map::new();
-    m.insert("ops_per_sec".into(), json!(median(ours).round()));
-    m.insert(
-        "dashmap_shared_ops_per_sec".into(),
-        json!(median(theirs).round()),
-    );
-    m.insert("pairs".into(), json!(pairs));
-    m.insert(
-        "vs_dashmap_shared_paired".into(),
-        json!(round3(median(ratios))),
-    );
+    let m = paired_fields(ours, theirs, ratios, pairs);
     ctx.put("replay_paired", Idem::NAME, m);
     ctx.retire(
         async move { drop((idem, idem_keys, dash, dash_keys)) },
@@ -294,6 +284,19 @@ pub(super) fn unique_paired(ctx: &mut Ctx) {
         theirs.push(y);
         ratios.push(x / y);
     }
+    let m = paired_fields(ours, theirs, ratios, pairs);
+    ctx.put("unique_paired", Idem::NAME, m);
+    ctx.retire(async move { drop((idem, dash)) }, SETTLE_UNIQUE);
+}
+
+/// The fields of a paired workload: idem's and the DashMap design's median ops/s over the pairs,
+/// and the median of the pairs' ratios.
+fn paired_fields(
+    ours: Vec<f64>,
+    theirs: Vec<f64>,
+    ratios: Vec<f64>,
+    pairs: u64,
+) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("ops_per_sec".into(), json!(median(ours).round()));
     m.insert(
@@ -305,6 +308,5 @@ pub(super) fn unique_paired(ctx: &mut Ctx) {
         "vs_dashmap_shared_paired".into(),
         json!(round3(median(ratios))),
     );
-    ctx.put("unique_paired", Idem::NAME, m);
-    ctx.retire(async move { drop((idem, dash)) }, SETTLE_UNIQUE);
+    m
 }

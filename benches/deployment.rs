@@ -82,10 +82,7 @@ async fn layer_part(pairs: u64, n: u64, conns: usize) {
             "layer {:<7} ratio idem/bare {:.2}x (pairs {:?})",
             if unique { "unique" } else { "replay" },
             median(ratios.clone()),
-            ratios
-                .iter()
-                .map(|r| (r * 100.0).round() / 100.0)
-                .collect::<Vec<_>>(),
+            crate::pinned::two_places(&ratios),
         );
     }
 }

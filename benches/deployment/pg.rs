@@ -189,10 +189,7 @@ pub async fn pg_part(pairs: u64, n: u64, conns: usize) {
              {:.0} B WAL per intent",
             if unique { "unique" } else { "replay" },
             median(ratios.clone()),
-            ratios
-                .iter()
-                .map(|r| (r * 100.0).round() / 100.0)
-                .collect::<Vec<_>>(),
+            crate::pinned::two_places(&ratios),
             med(&b, |f| f.rps),
             med(&b, |f| f.stmts),
             med(&b, |f| f.wal),

@@ -230,10 +230,7 @@ pub async fn redis_part(pairs: u64, n: u64, conns: usize) {
              {:.2} calls, {:.2} us in commands, {:.1} us Redis CPU per intent",
             if unique { "unique" } else { "replay" },
             median(ratios.clone()),
-            ratios
-                .iter()
-                .map(|r| (r * 100.0).round() / 100.0)
-                .collect::<Vec<_>>(),
+            crate::pinned::two_places(&ratios),
             med(&h, 0),
             med(&h, 1),
             med(&h, 2),

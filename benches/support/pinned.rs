@@ -84,6 +84,13 @@ pub fn r3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
+/// Ratios rounded to two decimals, for printing the pairs beside their median (the deployment
+/// bench; the others that include this file do not print pairs).
+#[allow(dead_code)]
+pub fn two_places(ratios: &[f64]) -> Vec<f64> {
+    ratios.iter().map(|r| (r * 100.0).round() / 100.0).collect()
+}
+
 /// Re-runs this bench under `taskset -c 0` when it can; `Some(exit code)` when it did.
 pub fn pin_self() -> Option<i32> {
     if std::env::var_os(PINNED_ENV).is_some() || cpus() < 2 || !has("taskset") {
